@@ -1,0 +1,16 @@
+export { LockEngine, normalizeResources, MAX_RESOURCE_LENGTH } from './lock-engine.js';
+export { Lock, type ReleaseResult } from './lock.js';
+export type { LockEvents } from './lock-events.js';
+export * from './lock-errors.js';
+export {
+  LOCK_DEFAULTS,
+  resolveEngineOptions,
+  type AcquireOptions,
+  type LockEngineOptions,
+  type LockLogger,
+  type LockNodeSpec,
+  type ResolvedEngineOptions,
+  type RetryOptions,
+  type UsingOptions,
+} from './lock-options.js';
+export { findRisks, type NodeFacts } from './node-checks.js';

@@ -1,0 +1,507 @@
+import { randomFillSync } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Lock, type LockOwner, type ReleaseResult } from './lock.js';
+import type { LockEvents } from './lock-events.js';
+import {
+  LockAbortedError,
+  LockBusyError,
+  type LockError,
+  LockLostError,
+  LockOptionsError,
+  LockTimeoutError,
+  LockUnavailableError,
+} from './lock-errors.js';
+import { LockNode } from './lock-node.js';
+import {
+  checkMs,
+  resolveEngineOptions,
+  resolveRetry,
+  type AcquireOptions,
+  type LockEngineOptions,
+  type ResolvedEngineOptions,
+  type ResolvedRetry,
+  type UsingOptions,
+} from './lock-options.js';
+import { ACQUIRE, EXTEND, FENCE_WRITEBACK, RELEASE } from './lua-scripts.js';
+import { checkNodes } from './node-checks.js';
+import { quorumRound, roundFailures, type RoundResult } from './quorum-round.js';
+import { retryDelay } from './retry-delay.js';
+
+/** Longest resource name accepted; longer ones are almost always a key built from the wrong value. */
+export const MAX_RESOURCE_LENGTH = 512;
+
+type AcquireReply = [granted: 0 | 1, ...rest: number[]];
+
+interface Request {
+  readonly resources: readonly string[];
+  readonly keys: readonly string[];
+  /** Lock keys followed by fence keys when fencing, else the lock keys. */
+  readonly scriptKeys: readonly string[];
+  readonly ttl: number;
+  readonly nodeTimeout: number;
+  readonly drift: number;
+  readonly retry: ResolvedRetry;
+  readonly waitTimeout: number;
+  readonly signal: AbortSignal | undefined;
+}
+
+/** Why an attempt did not produce a lock. */
+interface Refusal {
+  readonly busy: boolean;
+  /** When busy: ms until enough nodes are free at the latest. */
+  readonly retryAfter: number | undefined;
+  readonly error: () => LockUnavailableError;
+}
+
+const isGranted = (reply: AcquireReply) => reply[0] === 1;
+const isOne = (reply: unknown) => reply === 1;
+const isPositive = (reply: unknown) => typeof reply === 'number' && reply > 0;
+
+/** 128-bit random values, drawn from a pooled buffer to keep crypto calls off the hot path. */
+const randomPool = Buffer.allocUnsafe(16 * 256);
+let randomOffset = randomPool.length;
+function randomValue(): string {
+  if (randomOffset === randomPool.length) {
+    randomFillSync(randomPool);
+    randomOffset = 0;
+  }
+  randomOffset += 16;
+  return randomPool.toString('base64url', randomOffset - 16, randomOffset);
+}
+
+/**
+ * The framework-free lock engine: single-node locks when given one node,
+ * Redlock with a majority quorum when given several, fencing tokens that stay
+ * monotonic across that quorum, and automatic extension for `using()`.
+ */
+export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
+  readonly options: ResolvedEngineOptions;
+  readonly nodes: readonly LockNode[];
+  /** floor(n / 2) + 1 */
+  readonly quorum: number;
+  private closed = false;
+
+  constructor(options: LockEngineOptions) {
+    super();
+    this.options = resolveEngineOptions(options);
+    this.nodes = this.options.nodes.map((spec) => LockNode.from(spec));
+    this.quorum = Math.floor(this.nodes.length / 2) + 1;
+  }
+
+  /**
+   * Opens the connections the engine owns and checks the nodes' set-up
+   * (persistence, eviction, replication, duplicates). Warns through the
+   * logger, or throws LockConfigurationError when `strict` is on.
+   */
+  async connect(): Promise<void> {
+    const ready = await Promise.all(this.nodes.map((node) => node.connect(2000)));
+    await checkNodes(this.nodes, ready, this.quorum, this.options);
+  }
+
+  /** Waits for the lock per the retry policy; throws LockTimeoutError when it stays busy. */
+  async acquire(
+    resources: string | readonly string[],
+    options: AcquireOptions = {},
+  ): Promise<Lock> {
+    const request = this.request(resources, options);
+    const started = performance.now();
+    const deadline = started + request.waitTimeout;
+    for (let attempt = 1; ; attempt++) {
+      let outcome: Lock | Refusal;
+      try {
+        outcome = await this.attempt(request);
+      } catch (error) {
+        throw this.failed(request, attempt, error as LockError);
+      }
+      if (outcome instanceof Lock) {
+        if (this.listenerCount('acquired') > 0) {
+          this.emit('acquired', {
+            lock: outcome,
+            attempts: attempt,
+            waited: performance.now() - started,
+          });
+        }
+        return outcome;
+      }
+      const now = performance.now();
+      if (attempt > request.retry.attempts || now >= deadline) {
+        if (!outcome.busy) throw this.failed(request, attempt, outcome.error());
+        if (attempt === 1)
+          throw this.failed(
+            request,
+            attempt,
+            new LockBusyError(request.resources, outcome.retryAfter),
+          );
+        throw this.failed(
+          request,
+          attempt,
+          new LockTimeoutError(request.resources, outcome.retryAfter, attempt, now - started),
+        );
+      }
+      if (outcome.busy && this.listenerCount('contended') > 0) {
+        this.emit('contended', {
+          resources: request.resources,
+          attempt,
+          retryAfter: outcome.retryAfter,
+        });
+      }
+      let delay = retryDelay(request.retry, attempt);
+      // A holder that crashed frees the lock when its lease ends; no need to sleep past that.
+      if (outcome.retryAfter !== undefined) delay = Math.min(delay, outcome.retryAfter + 1);
+      await this.pause(Math.min(delay, deadline - now), request);
+    }
+  }
+
+  /** One attempt: the lock, or LockBusyError (with retryAfter) when someone else holds it. */
+  tryAcquire(
+    resources: string | readonly string[],
+    options: Omit<AcquireOptions, 'retry' | 'waitTimeout'> = {},
+  ): Promise<Lock> {
+    return this.acquire(resources, { ...options, retry: { attempts: 0 } });
+  }
+
+  /**
+   * Runs `routine` under the lock: acquires (waiting per the retry policy),
+   * extends the lease while the routine runs, and always releases. If an
+   * extension fails, `lock.signal` aborts before the lease ends. A failed
+   * release never hides the routine's own result or error.
+   */
+  async using<T>(
+    resources: string | readonly string[],
+    routine: (lock: Lock) => T | Promise<T>,
+    options: UsingOptions = {},
+  ): Promise<T> {
+    const lock = await this.acquire(resources, options);
+    if (options.autoExtend !== false) this.keepExtended(lock);
+    try {
+      return await routine(lock);
+    } finally {
+      await lock.release();
+    }
+  }
+
+  /**
+   * Renews the lease on every node where this lock still holds its key,
+   * counted only when a quorum succeeds before the current validity ends.
+   * Throws LockLostError when the lock is gone (and aborts its signal), or
+   * LockUnavailableError when too few nodes answered (the lock stays valid
+   * until its current validity ends).
+   */
+  async extend(lock: Lock, ttl: number = lock.ttl, timeout?: number): Promise<Lock> {
+    this.checkOwn(lock);
+    if (ttl !== lock.ttl) checkMs('ttl', ttl, 10);
+    if (lock.isReleased) throw new LockLostError(lock.resources, 'it was already released');
+    const start = performance.now();
+    const left = lock.validUntil - start;
+    if (left <= 0) {
+      lock.lost('its lease ran out before the extension');
+      throw new LockLostError(lock.resources, 'its lease ran out before the extension');
+    }
+    const round = await quorumRound(
+      this.nodes,
+      (node) => node.run(EXTEND, lock.keys, [lock.value, ttl]),
+      isOne,
+      this.quorum,
+      Math.min(timeout ?? this.nodeTimeout(ttl), left),
+    );
+    if (round.yes >= this.quorum && performance.now() < lock.validUntil) {
+      lock.renewed(start + ttl - this.drift(ttl));
+      if (this.listenerCount('extended') > 0)
+        this.emit('extended', { lock, duration: performance.now() - start });
+      return lock;
+    }
+    if (round.no > this.nodes.length - this.quorum) {
+      lock.lost('the nodes no longer hold it (it expired or was taken over)');
+      throw new LockLostError(
+        lock.resources,
+        'the nodes no longer hold it (it expired or was taken over)',
+      );
+    }
+    throw new LockUnavailableError(
+      lock.resources,
+      roundFailures(this.nodes, round.errors),
+      this.quorum,
+      this.nodes.length,
+      'extend',
+    );
+  }
+
+  /**
+   * Deletes the lock on every node that still holds it; a second call returns
+   * the first one's result. Never throws over an expired lock.
+   */
+  release(lock: Lock): Promise<ReleaseResult> {
+    this.checkOwn(lock);
+    return lock.release();
+  }
+
+  /** @internal Use {@link release}. */
+  async releaseOnNodes(lock: Lock): Promise<ReleaseResult> {
+    lock.released();
+    const round = await quorumRound(
+      this.nodes,
+      (node) => node.run(RELEASE, lock.keys, [lock.value, '1']),
+      isPositive,
+      this.quorum,
+      this.nodeTimeout(lock.ttl),
+    );
+    const failures = roundFailures(this.nodes, round.errors);
+    if (failures.length > 0) {
+      this.options.logger.warn(
+        `Release of ${lock.resources.join(', ')} did not reach ${failures.length} node(s); ` +
+          `their copy expires with the lease (${failures.map((f) => `${f.node}: ${f.error.message}`).join('; ')}).`,
+      );
+    }
+    const result = {
+      released: round.yes >= this.quorum,
+      nodesReleased: round.yes,
+      nodesNotHeld: round.no,
+      failures,
+    };
+    if (this.listenerCount('released') > 0) {
+      this.emit('released', { lock, result, held: performance.now() - lock.grantedAt });
+    }
+    return result;
+  }
+
+  /** @internal Called by a lock that was lost. */
+  lockLost(lock: Lock, error: LockLostError): void {
+    if (this.listenerCount('lost') > 0) this.emit('lost', { lock, error });
+  }
+
+  private failed(request: Request, attempts: number, error: LockError): LockError {
+    if (this.listenerCount('failed') > 0)
+      this.emit('failed', { resources: request.resources, attempts, error });
+    return error;
+  }
+
+  /** Closes the connections the engine opened; clients passed in stay open. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.all(this.nodes.map((node) => node.close()));
+  }
+
+  /** Keeps the lease renewed until the lock is released or lost. */
+  private keepExtended(lock: Lock): void {
+    const { ttl } = lock;
+    // The last extension must end, and the signal abort, before the lease does.
+    const margin = Math.max(2, Math.ceil(ttl * 0.02));
+    let timer: NodeJS.Timeout | undefined;
+    let stopped = false;
+    const schedule = (delay: number) => {
+      timer = setTimeout(tick, Math.max(0, delay));
+      timer.unref();
+    };
+    const tick = async () => {
+      const budget = lock.validUntil - margin - performance.now();
+      if (budget <= 0) return lock.lost('it could not be extended before its lease ran out');
+      try {
+        await this.extend(lock, ttl, budget);
+        if (!stopped)
+          schedule(lock.validUntil - performance.now() - ttl * this.options.extendThreshold);
+      } catch (error) {
+        if (stopped || error instanceof LockLostError) return;
+        const left = lock.validUntil - margin - performance.now();
+        if (left <= 0) {
+          lock.lost(
+            `it could not be extended before its lease ran out (${(error as Error).message})`,
+          );
+        } else {
+          schedule(Math.min(left / 4, retryDelay(this.options.retry, 1)));
+        }
+      }
+    };
+    lock.stopExtending = () => {
+      stopped = true;
+      clearTimeout(timer);
+    };
+    schedule(lock.validUntil - performance.now() - ttl * this.options.extendThreshold);
+  }
+
+  private async attempt(request: Request): Promise<Lock | Refusal> {
+    if (this.closed)
+      throw new LockOptionsError(
+        'The lock engine is closed; locks can no longer be taken with it.',
+      );
+    if (request.signal?.aborted)
+      throw new LockAbortedError(request.resources, request.signal.reason);
+    const { ttl, keys } = request;
+    const value = randomValue();
+    const start = performance.now();
+    const validUntil = start + ttl - request.drift;
+    const fencing = this.options.fencing;
+    const round = await quorumRound(
+      this.nodes,
+      (node) =>
+        node.run(ACQUIRE, request.scriptKeys, [
+          value,
+          ttl,
+          keys.length,
+          fencing ? '1' : '0',
+        ]) as Promise<AcquireReply>,
+      isGranted,
+      this.quorum,
+      request.nodeTimeout,
+    );
+    if (round.yes >= this.quorum) {
+      const tokens = fencing ? await this.settleTokens(round, request, value, validUntil) : [];
+      if (tokens && performance.now() < validUntil) {
+        return new Lock(this, request.resources, keys, value, tokens, ttl, validUntil);
+      }
+    }
+    this.cleanUp(keys, value);
+    return this.refusal(round, request);
+  }
+
+  /**
+   * The fencing tokens of a grant: per resource the highest counter among the
+   * granting nodes. Final at once when they agree; otherwise written back to
+   * the nodes that returned less, only where our lock still stands, and final
+   * only if a quorum then carries them. Undefined when that fails.
+   */
+  private async settleTokens(
+    round: RoundResult<AcquireReply>,
+    request: Request,
+    value: string,
+    validUntil: number,
+  ): Promise<number[] | undefined> {
+    const count = request.keys.length;
+    const tokens = new Array<number>(count).fill(0);
+    for (const reply of round.replies) {
+      if (reply?.[0] !== 1) continue;
+      for (let r = 0; r < count; r++) tokens[r] = Math.max(tokens[r], reply[r + 1]);
+    }
+    if (!tokens.every(Number.isSafeInteger)) return undefined;
+    const behind: LockNode[] = [];
+    let carried = 0;
+    round.replies.forEach((reply, i) => {
+      if (reply?.[0] !== 1) return;
+      if (tokens.every((token, r) => reply[r + 1] === token)) carried++;
+      else behind.push(this.nodes[i]);
+    });
+    if (behind.length === 0) return tokens;
+    const needed = this.quorum - carried;
+    const left = validUntil - performance.now();
+    if (left <= 0 || behind.length < needed) return undefined;
+    const writeback = await quorumRound(
+      behind,
+      (node) => node.run(FENCE_WRITEBACK, request.scriptKeys, [value, ...tokens]),
+      isOne,
+      needed,
+      Math.min(request.nodeTimeout, left),
+    );
+    return writeback.yes >= needed ? tokens : undefined;
+  }
+
+  /** Why an attempt failed: busy (enough nodes answered, someone holds it) or unavailable. */
+  private refusal(round: RoundResult<AcquireReply>, request: Request): Refusal {
+    const error = () =>
+      new LockUnavailableError(
+        request.resources,
+        round.yes >= this.quorum
+          ? [
+              {
+                node: 'quorum',
+                error: new Error(
+                  'granted, but the grant or its fencing round ended too late to leave any validity (nodes too slow)',
+                ),
+              },
+            ]
+          : roundFailures(this.nodes, round.errors),
+        this.quorum,
+        this.nodes.length,
+      );
+    if (round.yes + round.no < this.quorum || round.no === 0)
+      return { busy: false, retryAfter: undefined, error };
+    // The lock can be had once `quorum` nodes are free: those that granted us now, plus the
+    // denying nodes in the order their holder's lease runs out.
+    const leases: number[] = [];
+    for (const reply of round.replies) if (reply?.[0] === 0) leases.push(reply[1]);
+    leases.sort((a, b) => a - b);
+    const lease = leases[Math.max(0, this.quorum - round.yes - 1)];
+    return { busy: true, retryAfter: lease !== undefined && lease >= 0 ? lease : undefined, error };
+  }
+
+  /** Best-effort release of a failed attempt on every node, including those that did not answer. */
+  private cleanUp(keys: readonly string[], value: string): void {
+    for (const node of this.nodes) node.run(RELEASE, keys, [value, '1']).catch(() => undefined);
+  }
+
+  private async pause(ms: number, request: Request): Promise<void> {
+    try {
+      await sleep(ms, undefined, request.signal ? { signal: request.signal } : undefined);
+    } catch {
+      throw new LockAbortedError(request.resources, request.signal?.reason);
+    }
+  }
+
+  private request(resources: string | readonly string[], options: AcquireOptions): Request {
+    if (options === null || typeof options !== 'object') {
+      throw new LockOptionsError(
+        `Lock options must be an object such as { ttl: 5000 } (got ${String(options)}).`,
+      );
+    }
+    const list = normalizeResources(resources);
+    const defaults = this.options;
+    const ttl = options.ttl === undefined ? defaults.ttl : checkMs('ttl', options.ttl, 10);
+    const keys = list.map((resource) => `${defaults.keyPrefix}{${resource}}`);
+    if (options.signal !== undefined && !(options.signal instanceof AbortSignal)) {
+      throw new LockOptionsError('signal must be an AbortSignal (from an AbortController).');
+    }
+    return {
+      resources: list,
+      keys,
+      scriptKeys: defaults.fencing ? [...keys, ...keys.map((key) => `${key}:fence`)] : keys,
+      ttl,
+      nodeTimeout: this.nodeTimeout(ttl),
+      drift: this.drift(ttl),
+      retry: resolveRetry('retry', options.retry, defaults.retry),
+      waitTimeout:
+        options.waitTimeout === undefined
+          ? defaults.waitTimeout
+          : checkMs('waitTimeout', options.waitTimeout, 0),
+      signal: options.signal,
+    };
+  }
+
+  private nodeTimeout(ttl: number): number {
+    return Math.min(
+      this.options.nodeTimeout ?? Math.max(1, Math.floor(ttl / 10)),
+      Math.floor(ttl / 2),
+    );
+  }
+
+  private drift(ttl: number): number {
+    return Math.floor(ttl * this.options.driftFactor) + 2;
+  }
+
+  private checkOwn(lock: Lock): void {
+    if (!(lock instanceof Lock)) {
+      throw new LockOptionsError('Expected a Lock returned by acquire(), tryAcquire() or using().');
+    }
+  }
+}
+
+/** One resource or several; each a non-empty string; duplicates dropped. */
+export function normalizeResources(resources: string | readonly string[]): readonly string[] {
+  const list = typeof resources === 'string' ? [resources] : resources;
+  if (!Array.isArray(list) || list.length === 0) {
+    throw new LockOptionsError(
+      `Name the resource(s) to lock as a string or a non-empty array of strings, e.g. 'order:42' (got ${Array.isArray(list) ? 'an empty array' : typeof resources}).`,
+    );
+  }
+  for (const resource of list) {
+    if (
+      typeof resource !== 'string' ||
+      resource.length === 0 ||
+      resource.length > MAX_RESOURCE_LENGTH
+    ) {
+      throw new LockOptionsError(
+        `A resource name must be a string of 1 to ${MAX_RESOURCE_LENGTH} characters (got ${typeof resource === 'string' ? `${resource.length} characters` : typeof resource}).`,
+      );
+    }
+  }
+  return list.length === 1 ? list : [...new Set(list)];
+}

@@ -1,0 +1,340 @@
+import type { Redis, RedisOptions } from 'ioredis';
+import { LockOptionsError } from './lock-errors.js';
+
+/**
+ * One independent Redis node: a URL (`redis://user:pass@host:6379/0`,
+ * `rediss://` for TLS), ioredis connection options, or an ioredis client you
+ * already own (the engine never closes it).
+ */
+export type LockNodeSpec = string | RedisOptions | Redis;
+
+/** Where warnings about unsafe node set-ups and failed releases go. */
+export interface LockLogger {
+  warn(message: string): void;
+  error(message: string): void;
+  debug?(message: string): void;
+}
+
+/**
+ * How to wait for a busy lock: exponential backoff with jitter, bounded by
+ * `attempts` and by the caller's `waitTimeout`.
+ */
+export interface RetryOptions {
+  /** Retries after the first attempt. Default: unbounded (the wait deadline ends it). */
+  attempts?: number;
+  /** First delay in ms. Default 10. */
+  delay?: number;
+  /** Growth per retry. Default 5 (10 ms, 50 ms, 250 ms, capped by maxDelay). */
+  factor?: number;
+  /** Largest delay in ms. Default 200. */
+  maxDelay?: number;
+  /** Random spread as a fraction of the delay, 0 to 1. Default 0.5 (±50 %). */
+  jitter?: number;
+}
+
+/** Options of a single acquisition; each defaults to the engine's options. */
+export interface AcquireOptions {
+  /** Lease in ms. Default 5000. */
+  ttl?: number;
+  /** Give up waiting after this many ms (measured from the first attempt). Default 10000. */
+  waitTimeout?: number;
+  retry?: RetryOptions;
+  /** Stop waiting when this signal aborts (throws `LockAbortedError`). */
+  signal?: AbortSignal;
+}
+
+/** Options of `using()`: an acquisition plus automatic extension. */
+export interface UsingOptions extends AcquireOptions {
+  /**
+   * Extend the lease while the routine runs. Default true. When an extension
+   * cannot be had, the lock's signal is aborted with `LockLostError` before
+   * the lease ends.
+   */
+  autoExtend?: boolean;
+}
+
+export interface LockEngineOptions {
+  /** The independent nodes; a lock needs floor(n/2)+1 of them. */
+  nodes: readonly LockNodeSpec[];
+  /** Prefix of every key the engine writes. Default `'lock:'`. */
+  keyPrefix?: string;
+  /** Default lease in ms. Default 5000: short, and extended while work runs. */
+  ttl?: number;
+  /** How long to wait for one node's answer, in ms. Default ttl / 10. */
+  nodeTimeout?: number;
+  /** Clock drift allowance as a fraction of ttl (plus 2 ms). Default 0.01. */
+  driftFactor?: number;
+  /** Default wait deadline of `acquire()` in ms. Default 10000. */
+  waitTimeout?: number;
+  retry?: RetryOptions;
+  /** Issue fencing tokens with every grant. Default true. */
+  fencing?: boolean;
+  /**
+   * Extend when this fraction of the lease remains (auto-extension).
+   * Default 0.5.
+   */
+  extendThreshold?: number;
+  /** Refuse to connect when a node's set-up is unsafe, instead of warning. Default false. */
+  strict?: boolean;
+  /** Run the safety checks of the nodes' configuration on connect. Default true. */
+  checkNodes?: boolean;
+  logger?: LockLogger;
+}
+
+export interface ResolvedRetry {
+  readonly attempts: number;
+  readonly delay: number;
+  readonly factor: number;
+  readonly maxDelay: number;
+  readonly jitter: number;
+}
+
+export interface ResolvedEngineOptions {
+  readonly nodes: readonly LockNodeSpec[];
+  readonly keyPrefix: string;
+  readonly ttl: number;
+  /** Undefined: derived from each call's ttl. */
+  readonly nodeTimeout: number | undefined;
+  readonly driftFactor: number;
+  readonly waitTimeout: number;
+  readonly retry: ResolvedRetry;
+  readonly fencing: boolean;
+  readonly extendThreshold: number;
+  readonly strict: boolean;
+  readonly checkNodes: boolean;
+  readonly logger: LockLogger;
+}
+
+/** The defaults, in one place. */
+export const LOCK_DEFAULTS = Object.freeze({
+  keyPrefix: 'lock:',
+  ttl: 5000,
+  driftFactor: 0.01,
+  waitTimeout: 10_000,
+  retry: Object.freeze({ attempts: Infinity, delay: 10, factor: 5, maxDelay: 200, jitter: 0.5 }),
+  fencing: true,
+  extendThreshold: 0.5,
+  strict: false,
+  checkNodes: true,
+});
+
+const consoleLogger: LockLogger = {
+  warn: (m) => console.warn(`[redis-lock] ${m}`),
+  error: (m) => console.error(`[redis-lock] ${m}`),
+};
+
+const KNOWN_ENGINE_KEYS = new Set<string>([
+  'nodes',
+  'keyPrefix',
+  'ttl',
+  'nodeTimeout',
+  'driftFactor',
+  'waitTimeout',
+  'retry',
+  'fencing',
+  'extendThreshold',
+  'strict',
+  'checkNodes',
+  'logger',
+]);
+const KNOWN_RETRY_KEYS = new Set(['attempts', 'delay', 'factor', 'maxDelay', 'jitter']);
+
+function fail(message: string): never {
+  throw new LockOptionsError(message);
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null;
+}
+
+function describe(value: unknown): string {
+  if (typeof value === 'string') return `'${value}'`;
+  if (typeof value === 'number' || typeof value === 'boolean' || value == null)
+    return String(value);
+  return Array.isArray(value) ? 'an array' : `a ${typeof value}`;
+}
+
+function rejectUnknownKeys(
+  where: string,
+  value: Record<string, unknown>,
+  known: Set<string>,
+): void {
+  for (const key of Object.keys(value)) {
+    if (!known.has(key) && value[key] !== undefined) {
+      fail(`${where} has no option '${key}'; the options are: ${[...known].join(', ')}.`);
+    }
+  }
+}
+
+/** A whole number of milliseconds within [min, max]. */
+export function checkMs(
+  name: string,
+  value: unknown,
+  min: number,
+  max = Number.MAX_SAFE_INTEGER,
+): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    fail(
+      `${name} must be a whole number of milliseconds from ${min}` +
+        (max === Number.MAX_SAFE_INTEGER ? '' : ` to ${max}`) +
+        ` (got ${describe(value)}).`,
+    );
+  }
+  return value;
+}
+
+function checkFraction(
+  name: string,
+  value: unknown,
+  min: number,
+  max: number,
+  hint: string,
+): number {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < min || value > max) {
+    fail(`${name} must be a number from ${min} to ${max} (got ${describe(value)}); ${hint}.`);
+  }
+  return value;
+}
+
+function checkBoolean(name: string, value: unknown): boolean {
+  if (typeof value !== 'boolean') fail(`${name} must be true or false (got ${describe(value)}).`);
+  return value;
+}
+
+export function resolveRetry(where: string, retry: unknown, base: ResolvedRetry): ResolvedRetry {
+  if (retry === undefined) return base;
+  if (!isObject(retry))
+    fail(`${where} must be an object such as { attempts: 5, delay: 10 } (got ${describe(retry)}).`);
+  rejectUnknownKeys(where, retry, KNOWN_RETRY_KEYS);
+  const attempts = retry.attempts ?? base.attempts;
+  if (
+    attempts !== Infinity &&
+    (typeof attempts !== 'number' || !Number.isInteger(attempts) || attempts < 0)
+  ) {
+    fail(
+      `${where}.attempts must be a whole number from 0, or Infinity (got ${describe(attempts)}).`,
+    );
+  }
+  const resolved = {
+    attempts,
+    delay: checkMs(`${where}.delay`, retry.delay ?? base.delay, 0),
+    factor: checkFraction(
+      `${where}.factor`,
+      retry.factor ?? base.factor,
+      1,
+      100,
+      'use 1 for a constant delay',
+    ),
+    maxDelay: checkMs(`${where}.maxDelay`, retry.maxDelay ?? base.maxDelay, 0),
+    jitter: checkFraction(
+      `${where}.jitter`,
+      retry.jitter ?? base.jitter,
+      0,
+      1,
+      'use 0 for no randomness',
+    ),
+  };
+  if (resolved.maxDelay < resolved.delay) {
+    fail(
+      `${where}.maxDelay (${resolved.maxDelay}) must not be smaller than ${where}.delay (${resolved.delay}).`,
+    );
+  }
+  return Object.freeze(resolved);
+}
+
+/** True for an ioredis client (or one that quacks like it). */
+export function isRedisClient(value: unknown): value is Redis {
+  return isObject(value) && typeof value.evalsha === 'function' && typeof value.status === 'string';
+}
+
+function checkNodeSpec(spec: unknown, index: number): void {
+  const where = `nodes[${index}]`;
+  if (typeof spec === 'string') {
+    let url: URL;
+    try {
+      url = new URL(spec);
+    } catch {
+      fail(
+        `${where} ('${spec}') is not a URL; write it as redis://host:6379 or rediss://host:6380 for TLS.`,
+      );
+    }
+    if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
+      fail(`${where} uses '${url.protocol}'; use redis:// or rediss:// (TLS).`);
+    }
+    return;
+  }
+  if (isRedisClient(spec)) return;
+  if (isObject(spec) && !Array.isArray(spec)) {
+    if (
+      spec.port !== undefined &&
+      (typeof spec.port !== 'number' || spec.port <= 0 || spec.port > 65535)
+    ) {
+      fail(`${where}.port must be a TCP port number (got ${describe(spec.port)}).`);
+    }
+    if ('sentinels' in spec || 'clusters' in spec) return;
+    if (spec.host === undefined && spec.port === undefined && spec.path === undefined) {
+      fail(`${where} names no server; give { host, port } (or a redis:// URL).`);
+    }
+    return;
+  }
+  fail(
+    `${where} must be a redis:// URL, ioredis options ({ host, port, ... }) or an ioredis client (got ${describe(spec)}).`,
+  );
+}
+
+/** Validates the engine options once and merges the defaults. */
+export function resolveEngineOptions(options: unknown): ResolvedEngineOptions {
+  if (!isObject(options))
+    fail('Lock options must be an object such as { nodes: ["redis://localhost:6379"] }.');
+  rejectUnknownKeys('Lock options', options, KNOWN_ENGINE_KEYS);
+  const { nodes } = options;
+  if (!Array.isArray(nodes) || nodes.length === 0) {
+    fail('nodes must list at least one Redis node, e.g. nodes: ["redis://localhost:6379"].');
+  }
+  nodes.forEach(checkNodeSpec);
+  const keyPrefix = options.keyPrefix ?? LOCK_DEFAULTS.keyPrefix;
+  if (typeof keyPrefix !== 'string' || /[{}]/.test(keyPrefix)) {
+    fail(`keyPrefix must be a string without '{' or '}' (got ${describe(keyPrefix)}).`);
+  }
+  const ttl = checkMs('ttl', options.ttl ?? LOCK_DEFAULTS.ttl, 10);
+  const nodeTimeout =
+    options.nodeTimeout === undefined
+      ? undefined
+      : checkMs('nodeTimeout', options.nodeTimeout, 1, Math.floor(ttl / 2));
+  const logger = options.logger ?? consoleLogger;
+  if (
+    !isObject(logger) ||
+    typeof logger.warn !== 'function' ||
+    typeof logger.error !== 'function'
+  ) {
+    fail(
+      'logger must have warn(message) and error(message) methods (a Nest Logger or console work).',
+    );
+  }
+  return Object.freeze({
+    nodes: Object.freeze([...(nodes as LockNodeSpec[])]),
+    keyPrefix,
+    ttl,
+    nodeTimeout,
+    driftFactor: checkFraction(
+      'driftFactor',
+      options.driftFactor ?? LOCK_DEFAULTS.driftFactor,
+      0,
+      0.5,
+      'the usual value is 0.01',
+    ),
+    waitTimeout: checkMs('waitTimeout', options.waitTimeout ?? LOCK_DEFAULTS.waitTimeout, 0),
+    retry: resolveRetry('retry', options.retry, LOCK_DEFAULTS.retry),
+    fencing: checkBoolean('fencing', options.fencing ?? LOCK_DEFAULTS.fencing),
+    extendThreshold: checkFraction(
+      'extendThreshold',
+      options.extendThreshold ?? LOCK_DEFAULTS.extendThreshold,
+      0.1,
+      0.9,
+      'it is the fraction of the lease left when an extension starts',
+    ),
+    strict: checkBoolean('strict', options.strict ?? LOCK_DEFAULTS.strict),
+    checkNodes: checkBoolean('checkNodes', options.checkNodes ?? LOCK_DEFAULTS.checkNodes),
+    logger: logger as unknown as LockLogger,
+  });
+}

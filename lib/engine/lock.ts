@@ -1,0 +1,158 @@
+import { LockLostError, type NodeFailure } from './lock-errors.js';
+
+/** What a release found on the nodes. Releasing never throws over an expired lock. */
+export interface ReleaseResult {
+  /** True when a quorum of nodes still held this lock and deleted it. */
+  readonly released: boolean;
+  /** Nodes that held this lock and deleted it. */
+  readonly nodesReleased: number;
+  /** Nodes where the lock had already expired or another holder had it. */
+  readonly nodesNotHeld: number;
+  /** Nodes that did not answer; their copy expires with the lease. */
+  readonly failures: readonly NodeFailure[];
+}
+
+/** The operations a {@link Lock} delegates to the engine that granted it. */
+export interface LockOwner {
+  extend(lock: Lock, ttl?: number): Promise<Lock>;
+  /** Runs the release on the nodes; {@link Lock.release} makes sure it runs once. */
+  releaseOnNodes(lock: Lock): Promise<ReleaseResult>;
+  /** Told once when the lock is lost. */
+  lockLost(lock: Lock, error: LockLostError): void;
+}
+
+type LockState = 'held' | 'released' | 'lost';
+
+/**
+ * A granted lock. Valid until `expiresAt` unless extended; its `signal`
+ * aborts (with a {@link LockLostError}) when the lock is lost.
+ *
+ * @example
+ * await using lock = await locks.acquire('order:42');
+ * await db.update(order, { fence: lock.token });
+ */
+export class Lock implements AsyncDisposable {
+  private state: LockState = 'held';
+  private controller: AbortController | undefined;
+  private expiryTimer: NodeJS.Timeout | undefined;
+  private releasing: Promise<ReleaseResult> | undefined;
+  /** @internal Monotonic (performance.now) time of the grant. */
+  readonly grantedAt = performance.now();
+  /** @internal Monotonic (performance.now) end of validity. */
+  validUntil: number;
+  /** @internal Stops automatic extension, when it runs. */
+  stopExtending: (() => void) | undefined;
+
+  /** @internal Created by the engine only. */
+  constructor(
+    private readonly owner: LockOwner,
+    /** The locked resources, as given. */
+    readonly resources: readonly string[],
+    /** @internal The nodes' lock keys, one per resource. */
+    readonly keys: readonly string[],
+    /** The random value that identifies this grant on the nodes. */
+    readonly value: string,
+    /**
+     * One fencing token per resource (same order), strictly greater than any
+     * token granted before on that resource. Empty when fencing is off.
+     */
+    readonly tokens: readonly number[],
+    /** The lease in ms that extensions renew. */
+    readonly ttl: number,
+    validUntil: number,
+  ) {
+    this.validUntil = validUntil;
+  }
+
+  /** The fencing token of the first resource; `undefined` when fencing is off. */
+  get token(): number | undefined {
+    return this.tokens[0];
+  }
+
+  /** Milliseconds of guaranteed validity left; 0 once expired, released or lost. */
+  get remainingTime(): number {
+    return this.state === 'held' ? Math.max(0, this.validUntil - performance.now()) : 0;
+  }
+
+  /** Wall-clock time (epoch ms) at which the validity ends, unless extended. */
+  get expiresAt(): number {
+    return Date.now() + (this.validUntil - performance.now());
+  }
+
+  /** True while the lock is neither released, nor lost, nor past its validity. */
+  get isHeld(): boolean {
+    return this.remainingTime > 0;
+  }
+
+  /** True once {@link release} was called. */
+  get isReleased(): boolean {
+    return this.state === 'released';
+  }
+
+  /**
+   * Aborts when the lock is lost: its lease ran out without an extension, or
+   * an extension found another holder. `signal.reason` is a LockLostError.
+   * Not aborted by a normal release.
+   */
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.state === 'lost')
+        this.controller.abort(new LockLostError(this.resources, 'it had already been lost'));
+      else if (this.state === 'held') this.armExpiry();
+    }
+    return this.controller.signal;
+  }
+
+  /** Renews the lease (default: this lock's ttl). Throws LockLostError if it is gone. */
+  extend(ttl?: number): Promise<Lock> {
+    return this.owner.extend(this, ttl);
+  }
+
+  /** Deletes the lock on every node; safe to call more than once. */
+  release(): Promise<ReleaseResult> {
+    this.releasing ??= this.owner.releaseOnNodes(this);
+    return this.releasing;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+
+  /** @internal Called by the engine when an extension moved the validity. */
+  renewed(validUntil: number): void {
+    this.validUntil = validUntil;
+    if (this.controller && this.state === 'held') this.armExpiry();
+  }
+
+  /** @internal Marks the lock lost and aborts its signal with the reason. */
+  lost(reason: string): void {
+    if (this.state !== 'held') return;
+    this.state = 'lost';
+    this.halt();
+    const error = new LockLostError(this.resources, reason);
+    this.controller?.abort(error);
+    this.owner.lockLost(this, error);
+  }
+
+  /** @internal Marks the lock released (before the nodes answer). */
+  released(): void {
+    if (this.state === 'held') this.state = 'released';
+    this.halt();
+  }
+
+  private halt(): void {
+    clearTimeout(this.expiryTimer);
+    this.stopExtending?.();
+    this.stopExtending = undefined;
+  }
+
+  private armExpiry(): void {
+    clearTimeout(this.expiryTimer);
+    this.expiryTimer = setTimeout(
+      () => this.lost('its lease ran out before it was extended'),
+      Math.max(0, this.validUntil - performance.now()),
+    );
+    this.expiryTimer.unref();
+  }
+}

@@ -1,0 +1,102 @@
+import { createHash } from 'node:crypto';
+
+/** A Lua script, run by SHA with a fallback to its source after SCRIPT FLUSH. */
+export interface LuaScript {
+  readonly name: string;
+  readonly source: string;
+  readonly sha: string;
+}
+
+function script(name: string, source: string): LuaScript {
+  return Object.freeze({ name, source, sha: createHash('sha1').update(source).digest('hex') });
+}
+
+/**
+ * Grant the lock on all resources or on none (one node).
+ * KEYS: n lock keys, then (fencing) their n fence counters.
+ * ARGV: value, ttl ms, n, fencing '1' | '0'.
+ * Returns {1, token...} when granted, {0, pttl} when another value holds a key.
+ * A request resent after a reconnect finds our own value and returns the
+ * tokens of that grant instead of counting a second one.
+ */
+export const ACQUIRE = script(
+  'acquire',
+  `local value, n = ARGV[1], tonumber(ARGV[3])
+local mine = 0
+for i = 1, n do
+  local holder = redis.call('GET', KEYS[i])
+  if holder == value then
+    mine = mine + 1
+  elseif holder then
+    return {0, redis.call('PTTL', KEYS[i])}
+  end
+end
+local reply = {1}
+if mine == n and mine > 0 then
+  if ARGV[4] == '1' then
+    for i = 1, n do reply[i + 1] = tonumber(redis.call('GET', KEYS[n + i])) end
+  end
+  return reply
+end
+for i = 1, n do redis.call('SET', KEYS[i], value, 'PX', ARGV[2]) end
+if ARGV[4] == '1' then
+  for i = 1, n do reply[i + 1] = redis.call('INCR', KEYS[n + i]) end
+end
+return reply`,
+);
+
+/**
+ * Second fencing round: raise each counter to the chosen token, only while
+ * this node still holds our lock value on every key.
+ * KEYS: n lock keys, then their n fence counters.
+ * ARGV: value, then n tokens.
+ * Returns 1 when written, 0 when the lock is no longer ours here.
+ */
+export const FENCE_WRITEBACK = script(
+  'fence-writeback',
+  `local n = #KEYS / 2
+for i = 1, n do
+  if redis.call('GET', KEYS[i]) ~= ARGV[1] then return 0 end
+end
+for i = 1, n do
+  local token = tonumber(ARGV[i + 1])
+  if (tonumber(redis.call('GET', KEYS[n + i])) or 0) < token then
+    redis.call('SET', KEYS[n + i], ARGV[i + 1])
+  end
+end
+return 1`,
+);
+
+/**
+ * Renew the lease, only where every key still holds our value: a key that
+ * expired is never re-created.
+ * KEYS: the lock keys. ARGV: value, ttl ms.
+ * Returns 1 when extended, 0 when the lock is not ours here.
+ */
+export const EXTEND = script(
+  'extend',
+  `for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) ~= ARGV[1] then return 0 end
+end
+for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
+return 1`,
+);
+
+/**
+ * Delete the keys that still hold our value and tell waiters they are free
+ * (a message on a channel named after the key).
+ * KEYS: the lock keys. ARGV: value, notify '1' | '0'.
+ * Returns how many keys were ours and are now deleted.
+ */
+export const RELEASE = script(
+  'release',
+  `local released = 0
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    released = released + 1
+    if ARGV[2] == '1' then redis.call('PUBLISH', KEYS[i], '') end
+  end
+end
+return released`,
+);

@@ -1,0 +1,97 @@
+import type { LockNode } from './lock-node.js';
+import type { NodeFailure } from './lock-errors.js';
+
+/** What one parallel request to every node came back with. */
+export interface RoundResult<T> {
+  /** Reply per node; `undefined` where the node failed or did not answer in time. */
+  readonly replies: (T | undefined)[];
+  /** Error per node, where it failed. */
+  readonly errors: (Error | undefined)[];
+  /** Nodes that said yes (granted, extended, released). */
+  yes: number;
+  /** Nodes that answered no. */
+  no: number;
+  /** Nodes that failed or did not answer in time. */
+  failed: number;
+}
+
+/**
+ * Sends one request to every node in parallel and settles as soon as the
+ * outcome is decided: `quorum` yeses, too many noes or failures for a quorum,
+ * every node answered, or `timeoutMs` passed (one timer for the whole round,
+ * so a hung node costs at most that). Late replies are dropped; the callers
+ * clean up after them by releasing on every node.
+ */
+export function quorumRound<T>(
+  nodes: readonly LockNode[],
+  send: (node: LockNode) => Promise<T>,
+  isYes: (reply: T) => boolean,
+  quorum: number,
+  timeoutMs: number,
+): Promise<RoundResult<T>> {
+  const count = nodes.length;
+  const result: RoundResult<T> = {
+    replies: new Array<T | undefined>(count),
+    errors: new Array<Error | undefined>(count),
+    yes: 0,
+    no: 0,
+    failed: 0,
+  };
+  return new Promise((resolve) => {
+    let settled = false;
+    const finish = () => {
+      settled = true;
+      clearTimeout(timer);
+      resolve(result);
+    };
+    const decided = () => {
+      if (
+        result.yes >= quorum ||
+        result.no + result.failed > count - quorum ||
+        result.yes + result.no + result.failed === count
+      ) {
+        finish();
+      }
+    };
+    const timer = setTimeout(() => {
+      if (settled) return;
+      for (let i = 0; i < count; i++) {
+        if (result.replies[i] === undefined && result.errors[i] === undefined) {
+          result.errors[i] = new Error(`no answer within ${Math.round(timeoutMs)} ms`);
+          result.failed++;
+        }
+      }
+      finish();
+    }, timeoutMs);
+    for (let i = 0; i < count; i++) {
+      send(nodes[i]).then(
+        (reply) => {
+          if (settled) return;
+          result.replies[i] = reply;
+          if (isYes(reply)) result.yes++;
+          else result.no++;
+          decided();
+        },
+        (error: unknown) => {
+          if (settled) return;
+          result.errors[i] = error instanceof Error ? error : new Error(String(error));
+          result.failed++;
+          decided();
+        },
+      );
+    }
+  });
+}
+
+/** The failures of a round, labelled with their nodes, for error messages. */
+export function roundFailures(
+  nodes: readonly LockNode[],
+  errors: readonly (Error | undefined)[],
+): NodeFailure[] {
+  const failures: NodeFailure[] = [];
+  for (let i = 0; i < nodes.length; i++) {
+    const error = errors[i];
+    if (error) failures.push({ node: nodes[i].label, error });
+  }
+  return failures;
+}

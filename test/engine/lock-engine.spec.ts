@@ -1,0 +1,302 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import { Redis } from 'ioredis';
+import {
+  Lock,
+  LockBusyError,
+  LockEngine,
+  LockLostError,
+  LockOptionsError,
+  LockTimeoutError,
+} from '../../lib/engine/index.js';
+import { useRedisNodes } from '../support/redis-nodes.js';
+import { quietLogger } from '../support/quiet-logger.js';
+
+const redis = useRedisNodes(5);
+const unique = (name: string) => `${name}:${randomUUID()}`;
+
+describe.each([1, 3, 5])('on %i node(s)', (count) => {
+  let engine: LockEngine;
+  let other: LockEngine;
+  let clients: Redis[];
+
+  beforeAll(async () => {
+    const nodes = redis.nodes.slice(0, count).map((n) => n.url);
+    engine = new LockEngine({ nodes, logger: quietLogger() });
+    other = new LockEngine({ nodes, logger: quietLogger() });
+    await Promise.all([engine.connect(), other.connect()]);
+    clients = redis.nodes.slice(0, count).map((n) => new Redis(n.url));
+  });
+  afterAll(async () => {
+    await Promise.all([engine.close(), other.close(), ...clients.map((c) => c.quit())]);
+  });
+
+  it('grants a lock, holds its key on every node, and releases it everywhere', async () => {
+    const resource = unique('order');
+    const lock = await engine.acquire(resource);
+    expect(lock).toBeInstanceOf(Lock);
+    expect(lock.resources).toEqual([resource]);
+    expect(lock.isHeld).toBe(true);
+    expect(lock.remainingTime).toBeGreaterThan(4000);
+    expect(lock.remainingTime).toBeLessThanOrEqual(5000);
+    const values = await Promise.all(clients.map((c) => c.get(`lock:{${resource}}`)));
+    expect(values.filter((v) => v === lock.value).length).toBeGreaterThanOrEqual(engine.quorum);
+
+    const result = await lock.release();
+    expect(result.released).toBe(true);
+    expect(result.nodesReleased).toBeGreaterThanOrEqual(engine.quorum);
+    expect(lock.isHeld).toBe(false);
+    expect(await lock.release()).toBe(result);
+    // The lock can be had again at once.
+    await (await other.tryAcquire(resource)).release();
+  });
+
+  it('refuses a held resource to a second holder with its remaining lease as retryAfter', async () => {
+    const resource = unique('seat');
+    const lock = await engine.acquire(resource, { ttl: 3000 });
+    const busy = await other.tryAcquire(resource).catch((e: unknown) => e);
+    expect(busy).toBeInstanceOf(LockBusyError);
+    expect(busy).not.toBeInstanceOf(LockTimeoutError);
+    const { retryAfter } = busy as LockBusyError;
+    expect(retryAfter).toBeGreaterThan(2000);
+    expect(retryAfter).toBeLessThanOrEqual(3000);
+    expect((busy as Error).message).toContain(resource);
+    await lock.release();
+  });
+
+  it('gives up waiting with LockTimeoutError when the holder keeps the lock past waitTimeout', async () => {
+    const resource = unique('stock');
+    const lock = await engine.acquire(resource);
+    const started = performance.now();
+    const error = await other.acquire(resource, { waitTimeout: 150 }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LockTimeoutError);
+    expect((error as LockTimeoutError).attempts).toBeGreaterThan(1);
+    expect(performance.now() - started).toBeLessThan(1000);
+    await lock.release();
+  });
+
+  it('hands the lock to a waiter once the holder releases it', async () => {
+    const resource = unique('cart');
+    const lock = await engine.acquire(resource);
+    const waiting = other.acquire(resource);
+    await lock.release();
+    const next = await waiting;
+    expect(next.isHeld).toBe(true);
+    expect(next.token).toBeGreaterThan(lock.token!);
+    await next.release();
+  });
+
+  it('lets a lock expire: its signal aborts with LockLostError and another holder can take it', async () => {
+    const resource = unique('expiring');
+    const lock = await engine.acquire(resource, { ttl: 150 });
+    await once(lock.signal, 'abort');
+    expect(lock.signal.reason).toBeInstanceOf(LockLostError);
+    expect(lock.isHeld).toBe(false);
+    const next = await other.acquire(resource);
+    expect(next.token).toBeGreaterThan(lock.token!);
+    // Releasing the expired lock reports it, it does not throw, and spares the new holder.
+    const result = await lock.release();
+    expect(result.released).toBe(false);
+    expect(result.nodesReleased).toBe(0);
+    expect(next.isHeld).toBe(true);
+    await expect(other.tryAcquire(resource)).rejects.toBeInstanceOf(LockBusyError);
+    await next.release();
+  });
+
+  it('extends a lease, keeping the token, and refuses to extend a lost lock', async () => {
+    const resource = unique('extend');
+    const lock = await engine.acquire(resource, { ttl: 300 });
+    const token = lock.token;
+    await lock.extend(5000);
+    expect(lock.remainingTime).toBeGreaterThan(4000);
+    expect(lock.token).toBe(token);
+    const ttls = await Promise.all(clients.map((c) => c.pttl(`lock:{${resource}}`)));
+    expect(ttls.filter((t) => t > 4000).length).toBeGreaterThanOrEqual(engine.quorum);
+
+    // Another program removes the key: extension must not re-create it.
+    await Promise.all(clients.map((c) => c.del(`lock:{${resource}}`)));
+    await expect(lock.extend()).rejects.toBeInstanceOf(LockLostError);
+    expect(lock.signal.aborted).toBe(true);
+    expect(await Promise.all(clients.map((c) => c.exists(`lock:{${resource}}`)))).toEqual(
+      clients.map(() => 0),
+    );
+  });
+
+  it('locks several resources all-or-nothing', async () => {
+    const [a, b, c] = [unique('a'), unique('b'), unique('c')];
+    const held = await engine.acquire(b);
+    await expect(other.tryAcquire([a, b, c])).rejects.toBeInstanceOf(LockBusyError);
+    // Nothing of the refused set was left behind.
+    const leftovers = await Promise.all(
+      clients.map((cl) => cl.exists(`lock:{${a}}`, `lock:{${c}}`)),
+    );
+    expect(leftovers).toEqual(clients.map(() => 0));
+    await held.release();
+
+    const all = await other.acquire([a, b, c, a]);
+    expect(all.resources).toEqual([a, b, c]);
+    expect(all.tokens).toHaveLength(3);
+    await expect(engine.tryAcquire(c)).rejects.toBeInstanceOf(LockBusyError);
+    await all.release();
+    await (await engine.tryAcquire(c)).release();
+  });
+
+  it('runs a routine with using(), releases afterwards, and passes its error through untouched', async () => {
+    const resource = unique('using');
+    const result = await engine.using(resource, async (lock) => {
+      expect(lock.isHeld).toBe(true);
+      await expect(other.tryAcquire(resource)).rejects.toBeInstanceOf(LockBusyError);
+      return 42;
+    });
+    expect(result).toBe(42);
+    await (await other.tryAcquire(resource)).release();
+
+    const mine = new Error('routine failed');
+    await expect(
+      engine.using(resource, () => {
+        throw mine;
+      }),
+    ).rejects.toBe(mine);
+    await (await other.tryAcquire(resource)).release();
+  });
+});
+
+describe('using() with automatic extension', () => {
+  let engine: LockEngine;
+  beforeAll(async () => {
+    engine = new LockEngine({
+      nodes: redis.nodes.slice(0, 3).map((n) => n.url),
+      logger: quietLogger(),
+    });
+    await engine.connect();
+  });
+  afterAll(() => engine.close());
+
+  it('keeps a routine that outlives its lease covered', async () => {
+    const resource = unique('long');
+    const rival = new LockEngine({
+      nodes: redis.nodes.slice(0, 3).map((n) => n.url),
+      logger: quietLogger(),
+    });
+    await rival.connect();
+    let extensions = 0;
+    const threeExtensions = new Promise<void>((resolve) => {
+      engine.on('extended', ({ lock }) => {
+        if (lock.resources[0] === resource && ++extensions === 3) resolve();
+      });
+    });
+    await engine.using(
+      resource,
+      async (lock) => {
+        const first = lock.validUntil;
+        await threeExtensions;
+        expect(lock.validUntil).toBeGreaterThan(first + 200);
+        expect(lock.signal.aborted).toBe(false);
+        await expect(rival.tryAcquire(resource)).rejects.toBeInstanceOf(LockBusyError);
+      },
+      { ttl: 200 },
+    );
+    await (await rival.tryAcquire(resource)).release();
+    await rival.close();
+  });
+
+  it('aborts the signal with LockLostError before the lease ends when extension fails', async () => {
+    const resource = unique('doomed');
+    const admin = redis.nodes.slice(0, 3).map((n) => new Redis(n.url));
+    await engine.using(
+      resource,
+      async (lock) => {
+        // Someone else takes the keys over: the next extension finds them gone.
+        await Promise.all(admin.map((c) => c.set(`lock:{${resource}}`, 'intruder', 'PX', 10_000)));
+        await once(lock.signal, 'abort');
+        expect(lock.signal.reason).toBeInstanceOf(LockLostError);
+        expect(performance.now()).toBeLessThan(lock.validUntil + 1);
+      },
+      { ttl: 300 },
+    );
+    // The release did not delete the intruder's keys.
+    expect(await Promise.all(admin.map((c) => c.get(`lock:{${resource}}`)))).toEqual([
+      'intruder',
+      'intruder',
+      'intruder',
+    ]);
+    await Promise.all(admin.map((c) => c.quit()));
+  });
+});
+
+describe('fencing tokens', () => {
+  let engine: LockEngine;
+  let clients: Redis[];
+  beforeAll(async () => {
+    engine = new LockEngine({
+      nodes: redis.nodes.slice(0, 3).map((n) => n.url),
+      logger: quietLogger(),
+    });
+    await engine.connect();
+    clients = redis.nodes.slice(0, 3).map((n) => new Redis(n.url));
+  });
+  afterAll(async () => {
+    await engine.close();
+    await Promise.all(clients.map((c) => c.quit()));
+  });
+
+  it('strictly increase over 10,000 sequential grants', async () => {
+    const resource = unique('sequential');
+    let previous = 0;
+    let increasing = 0;
+    for (let i = 0; i < 10_000; i++) {
+      const lock = await engine.tryAcquire(resource);
+      if (lock.token! > previous) increasing++;
+      previous = lock.token!;
+      await lock.release();
+    }
+    expect(increasing).toBe(10_000);
+    expect(Number.isSafeInteger(previous)).toBe(true);
+  }, 120_000);
+
+  it('are settled by a write-back round when the nodes counters disagree', async () => {
+    const resource = unique('diverged');
+    const fence = `lock:{${resource}}:fence`;
+    await clients[0].set(fence, 1000);
+    await clients[1].set(fence, 500);
+    const lock = await engine.tryAcquire(resource);
+    const counters = (await Promise.all(clients.map((c) => c.get(fence)))).map(Number);
+    // The chosen token is the highest counter among the granting nodes, and a quorum now carries it.
+    expect([1001, 501]).toContain(lock.token);
+    expect(counters.filter((c) => c >= lock.token!).length).toBeGreaterThanOrEqual(2);
+    await lock.release();
+    const next = await engine.tryAcquire(resource);
+    expect(next.token).toBeGreaterThan(lock.token!);
+    await next.release();
+  });
+
+  it('keep the same token across extensions', async () => {
+    const lock = await engine.acquire(unique('same'));
+    const { token } = lock;
+    await lock.extend();
+    await lock.extend();
+    expect(lock.token).toBe(token);
+    await lock.release();
+  });
+});
+
+describe('argument checks', () => {
+  it('rejects bad options and resources with a LockOptionsError that says what to change', async () => {
+    expect(() => new LockEngine({ nodes: [] })).toThrow(/at least one Redis node/);
+    expect(() => new LockEngine({ nodes: ['http://x'] })).toThrow(LockOptionsError);
+    expect(() => new LockEngine({ nodes: ['redis://localhost'], ttl: -1 })).toThrow(
+      /ttl must be a whole number/,
+    );
+    expect(() => new LockEngine({ nodes: ['redis://localhost'], tll: 5 } as never)).toThrow(
+      /no option 'tll'/,
+    );
+    const engine = new LockEngine({ nodes: [redis.nodes[0].url], logger: quietLogger() });
+    await engine.connect();
+    await expect(engine.acquire('')).rejects.toThrow(/resource name must be a string/);
+    await expect(engine.acquire([])).rejects.toThrow(LockOptionsError);
+    await expect(engine.acquire('x', { ttl: 1.5 })).rejects.toThrow(/ttl must be a whole number/);
+    await expect(engine.acquire('x', { retry: { jitter: 2 } })).rejects.toThrow(/retry.jitter/);
+    await engine.close();
+  });
+});

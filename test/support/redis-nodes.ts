@@ -1,0 +1,470 @@
+/**
+ * Real redis-server processes for integration tests: each node is an
+ * independent server on its own loopback port with its own data dir, so tests
+ * can kill, pause and restart nodes the way production loses them.
+ *
+ * ```ts
+ * const redis = useRedisNodes(3);
+ * it('...', async () => {
+ *   const client = new Redis(redis.nodes[0].url);
+ * });
+ * ```
+ */
+import { afterAll, beforeAll } from '@jest/globals';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import {
+  accessSync,
+  constants as fsConstants,
+  createWriteStream,
+  readFileSync,
+  rmSync,
+} from 'node:fs';
+import { mkdtemp } from 'node:fs/promises';
+import { createServer, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { performance } from 'node:perf_hooks';
+import { delimiter, join } from 'node:path';
+import { runInThisContext } from 'node:vm';
+import { Redis } from 'ioredis';
+
+export interface RedisNodeOptions {
+  /** AOF persistence. Default: true. */
+  appendonly?: boolean;
+  /** Default: 'always', so a killed node loses nothing it acknowledged. */
+  appendfsync?: 'always' | 'everysec' | 'no';
+  /** More `--name value` arguments for redis-server. */
+  extraArgs?: string[];
+  requirepass?: string;
+}
+
+const HOST = '127.0.0.1';
+const READY_LINE = 'Ready to accept connections';
+const START_TIMEOUT_MS = 15_000;
+const STOP_TIMEOUT_MS = 5_000;
+const BIND_ATTEMPTS = 5;
+
+const NOT_FOUND_MESSAGE =
+  "redis-server not found: install it with 'apt-get install -y redis-server' (Debian/Ubuntu) or 'brew install redis', or set REDIS_SERVER_BIN to its path";
+
+/** REDIS_SERVER_BIN if set, else `redis-server` on PATH. */
+export function findRedisServer(): string {
+  const fromEnv = process.env.REDIS_SERVER_BIN;
+  if (fromEnv) {
+    if (!isExecutable(fromEnv)) throw new Error(NOT_FOUND_MESSAGE);
+    return fromEnv;
+  }
+  for (const dir of (process.env.PATH ?? '').split(delimiter)) {
+    const candidate = join(dir || '.', 'redis-server');
+    if (isExecutable(candidate)) return candidate;
+  }
+  throw new Error(NOT_FOUND_MESSAGE);
+}
+
+function isExecutable(path: string): boolean {
+  try {
+    accessSync(path, fsConstants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+// --- Safety net -------------------------------------------------------------
+// Jest gives each test file a copy of `process` whose 'exit' never fires, and a
+// fresh copy of this module. The registry and its single 'exit' hook therefore
+// live on the host process, shared by every test file run in that worker.
+
+interface LiveNode {
+  readonly pid: number | undefined;
+  readonly dir: string;
+}
+
+const hostProcess: NodeJS.Process = (() => {
+  try {
+    return runInThisContext('process') as NodeJS.Process;
+  } catch {
+    return process;
+  }
+})();
+
+const REGISTRY_KEY = Symbol.for('nestjs-redis-lock.test.redis-nodes');
+
+function liveNodes(): Set<LiveNode> {
+  const host = hostProcess as unknown as Record<symbol, Set<LiveNode> | undefined>;
+  let registry = host[REGISTRY_KEY];
+  if (!registry) {
+    const nodes = new Set<LiveNode>();
+    registry = host[REGISTRY_KEY] = nodes;
+    hostProcess.on('exit', () => {
+      for (const node of nodes) {
+        try {
+          if (node.pid !== undefined) hostProcess.kill(node.pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+        rmSync(node.dir, { recursive: true, force: true });
+      }
+    });
+  }
+  return registry;
+}
+
+// On Linux, also have the kernel kill the server if the test worker dies
+// without running 'exit' handlers (SIGKILL, crash).
+const SETPRIV = process.platform === 'linux' && isExecutable('/usr/bin/setpriv');
+
+// --- Ports ------------------------------------------------------------------
+// Ports come from below the kernel's ephemeral range: a port handed out by
+// listen(0) can be taken as the source port of some outgoing connection while
+// its node is down, and then restart() could not bind it again.
+
+const reservedPorts = new Set<number>();
+
+function ephemeralLow(): number {
+  try {
+    const low = Number(
+      readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').split(/\s+/)[0],
+    );
+    return Number.isInteger(low) && low > 21_000 ? low : 0;
+  } catch {
+    return 0;
+  }
+}
+
+function listenOnce(port: number): Promise<number | undefined> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.unref();
+    server.once('error', () => resolve(undefined));
+    server.listen({ port, host: HOST, exclusive: true }, () => {
+      const address = server.address();
+      const bound = typeof address === 'object' && address ? address.port : undefined;
+      server.close(() => resolve(bound));
+    });
+  });
+}
+
+async function freePort(): Promise<number> {
+  const low = ephemeralLow();
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const candidate = low ? 20_000 + Math.floor(Math.random() * (low - 20_000)) : 0;
+    if (reservedPorts.has(candidate)) continue;
+    const port = await listenOnce(candidate);
+    if (port !== undefined && !reservedPorts.has(port)) {
+      reservedPorts.add(port);
+      return port;
+    }
+  }
+  throw new Error('no free loopback port found for redis-server');
+}
+
+// --- Nodes ------------------------------------------------------------------
+
+export class RedisNodeProcess implements LiveNode {
+  readonly host = HOST;
+  private child: ChildProcess | undefined;
+  private exited: Promise<void> = Promise.resolve();
+  private paused = false;
+  private stopped = false;
+
+  private constructor(
+    private currentPort: number,
+    readonly dir: string,
+    private readonly bin: string,
+    private readonly options: RedisNodeOptions,
+  ) {}
+
+  /** Starts one node on a free port, trying other ports if the bind fails. */
+  static async start(options: RedisNodeOptions = {}): Promise<RedisNodeProcess> {
+    const bin = findRedisServer();
+    const dir = await mkdtemp(join(tmpdir(), 'redis-lock-node-'));
+    const node = new RedisNodeProcess(await freePort(), dir, bin, options);
+    liveNodes().add(node);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await node.spawnServer();
+        return node;
+      } catch (error) {
+        const busy = error instanceof PortInUseError;
+        if (!busy || attempt >= BIND_ATTEMPTS) {
+          await node.stop();
+          throw error;
+        }
+        reservedPorts.delete(node.currentPort);
+        node.currentPort = await freePort();
+      }
+    }
+  }
+
+  get port(): number {
+    return this.currentPort;
+  }
+
+  /** `redis://127.0.0.1:PORT`, with the password when `requirepass` is set. */
+  get url(): string {
+    const auth = this.options.requirepass
+      ? `:${encodeURIComponent(this.options.requirepass)}@`
+      : '';
+    return `redis://${auth}${HOST}:${this.currentPort}`;
+  }
+
+  get password(): string | undefined {
+    return this.options.requirepass;
+  }
+
+  /** The running server's pid; undefined while it is down. */
+  get pid(): number | undefined {
+    return this.isRunning ? this.child?.pid : undefined;
+  }
+
+  get isRunning(): boolean {
+    return (
+      this.child !== undefined && this.child.exitCode === null && this.child.signalCode === null
+    );
+  }
+
+  get logFile(): string {
+    return join(this.dir, 'redis.log');
+  }
+
+  /** Sends `signal` and resolves once the server has exited. Default: SIGKILL (a crash). */
+  async kill(signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {
+    const child = this.child;
+    if (!this.isRunning || !child) return;
+    child.kill(signal);
+    // A stopped process only acts on SIGKILL; let it see any other signal.
+    if (this.paused && signal !== 'SIGKILL') child.kill('SIGCONT');
+    this.paused = false;
+    await this.exited;
+  }
+
+  /** SIGSTOP: the server keeps its sockets but answers nothing until resume(). */
+  async pause(): Promise<void> {
+    if (!this.isRunning || this.paused) return;
+    this.child?.kill('SIGSTOP');
+    this.paused = true;
+    await this.waitForProcState((state) => state === 'T');
+  }
+
+  /** SIGCONT after pause(). */
+  async resume(): Promise<void> {
+    if (!this.isRunning || !this.paused) return;
+    this.child?.kill('SIGCONT');
+    this.paused = false;
+    await this.waitForProcState((state) => state !== 'T');
+  }
+
+  /**
+   * Starts the server again on the same port and dir (so the AOF is replayed),
+   * resolving once it accepts connections. A running server is first shut down
+   * with SIGTERM.
+   */
+  async restart(): Promise<void> {
+    if (this.stopped) throw new Error(`redis node on port ${this.currentPort} was stopped`);
+    await this.kill('SIGTERM');
+    await this.spawnServer();
+  }
+
+  /** Back to a serving state after any fault: resume() if paused, restart() if down. */
+  async ensureRunning(): Promise<void> {
+    if (this.isRunning) await this.resume();
+    else await this.restart();
+  }
+
+  /** Shuts the server down (SIGTERM, then SIGKILL) and removes its dir. Idempotent. */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    if (this.isRunning) {
+      const child = this.child;
+      child?.kill('SIGTERM');
+      if (this.paused) child?.kill('SIGCONT');
+      this.paused = false;
+      const timer = setTimeout(() => child?.kill('SIGKILL'), STOP_TIMEOUT_MS);
+      await this.exited;
+      clearTimeout(timer);
+    }
+    rmSync(this.dir, { recursive: true, force: true });
+    reservedPorts.delete(this.currentPort);
+    liveNodes().delete(this);
+  }
+
+  /** Runs one command on a short-lived connection; replies are rendered like `redis-cli --raw`. */
+  async cli(command: string, ...args: (string | number)[]): Promise<string> {
+    const client = new Redis({
+      host: HOST,
+      port: this.currentPort,
+      password: this.options.requirepass,
+      lazyConnect: true,
+      connectTimeout: 5_000,
+      commandTimeout: 5_000,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+      // Its default (2 s) keeps a timer alive when the server is already gone.
+      disconnectTimeout: 100,
+    });
+    try {
+      await client.connect();
+      return renderReply(await client.call(command, ...args));
+    } finally {
+      client.disconnect();
+    }
+  }
+
+  async flushAll(): Promise<void> {
+    await this.cli('FLUSHALL');
+  }
+
+  private serverArgs(): string[] {
+    const { appendonly = true, appendfsync = 'always', extraArgs = [], requirepass } = this.options;
+    // prettier-ignore
+    return [
+      '--port', String(this.currentPort),
+      '--bind', HOST,
+      '--protected-mode', 'no',
+      '--daemonize', 'no',
+      '--dir', this.dir,
+      // Logged to stdout, which we copy to redis.log and watch for the ready line.
+      '--logfile', '',
+      '--save', '',
+      '--appendonly', appendonly ? 'yes' : 'no',
+      '--appendfsync', appendfsync,
+      '--maxmemory-policy', 'noeviction',
+      ...(requirepass ? ['--requirepass', requirepass] : []),
+      ...extraArgs,
+    ];
+  }
+
+  /** Spawns redis-server and resolves when it logs that it accepts connections. */
+  private spawnServer(): Promise<void> {
+    const argv = [this.bin, ...this.serverArgs()];
+    const [command, ...args] = SETPRIV
+      ? ['/usr/bin/setpriv', '--pdeathsig', 'KILL', ...argv]
+      : argv;
+    const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.child = child;
+    this.paused = false;
+    this.exited = once(child, 'exit').then(() => undefined);
+    // A leaked server must not keep Jest alive; the 'exit' hook kills it.
+    child.unref();
+    (child.stdout as Socket | null)?.unref();
+    (child.stderr as Socket | null)?.unref();
+
+    const log = createWriteStream(this.logFile, { flags: 'a' });
+    child.stdout?.pipe(log);
+    child.stderr?.pipe(log);
+
+    return new Promise<void>((resolve, reject) => {
+      let output = '';
+      const onData = (chunk: Buffer): void => {
+        output += chunk.toString();
+        if (output.includes(READY_LINE)) settle();
+      };
+      const onExit = (code: number | null, signal: NodeJS.Signals | null): void => {
+        const tail = output.trim().split('\n').slice(-5).join('\n');
+        settle(
+          /Address already in use/.test(output)
+            ? new PortInUseError(this.currentPort)
+            : new Error(
+                `redis-server on port ${this.currentPort} exited (${signal ?? code}) before it was ready:\n${tail}`,
+              ),
+        );
+      };
+      const timer = setTimeout(() => {
+        child.kill('SIGKILL');
+        settle(
+          new Error(
+            `redis-server on port ${this.currentPort} not ready after ${START_TIMEOUT_MS} ms`,
+          ),
+        );
+      }, START_TIMEOUT_MS);
+      const settle = (error?: Error): void => {
+        clearTimeout(timer);
+        child.stdout?.off('data', onData);
+        child.stderr?.off('data', onData);
+        child.off('exit', onExit);
+        if (error) reject(error);
+        else resolve();
+      };
+      child.stdout?.on('data', onData);
+      child.stderr?.on('data', onData);
+      child.once('exit', onExit);
+      child.once('error', (error) => settle(error));
+    });
+  }
+
+  /** Waits until the kernel reports the process state (Linux /proc); a no-op elsewhere. */
+  private async waitForProcState(accept: (state: string) => boolean): Promise<void> {
+    const pid = this.child?.pid;
+    if (process.platform !== 'linux' || pid === undefined) return;
+    const deadline = performance.now() + 2_000;
+    while (performance.now() < deadline) {
+      let state: string;
+      try {
+        // Field 3 of /proc/PID/stat, after the parenthesised command name.
+        state = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0] ?? '';
+      } catch {
+        return; // exited
+      }
+      if (accept(state)) return;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    throw new Error(`redis-server pid ${pid} did not change state after a signal`);
+  }
+}
+
+class PortInUseError extends Error {
+  constructor(port: number) {
+    super(`port ${port} is already in use`);
+    this.name = 'PortInUseError';
+  }
+}
+
+function renderReply(reply: unknown): string {
+  if (reply === null || reply === undefined) return '';
+  if (Array.isArray(reply)) return reply.map(renderReply).join('\n');
+  if (Buffer.isBuffer(reply)) return reply.toString();
+  return String(reply);
+}
+
+/** Starts `count` independent servers in parallel; resolves when all accept connections. */
+export async function startRedisNodes(
+  count: number,
+  options: RedisNodeOptions = {},
+): Promise<RedisNodeProcess[]> {
+  const results = await Promise.allSettled(
+    Array.from({ length: count }, () => RedisNodeProcess.start(options)),
+  );
+  const nodes = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+  const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failure) {
+    await stopRedisNodes(nodes);
+    throw failure.reason;
+  }
+  return nodes;
+}
+
+export async function stopRedisNodes(nodes: readonly RedisNodeProcess[]): Promise<void> {
+  await Promise.all(nodes.map((node) => node.stop()));
+}
+
+export interface RedisNodesHandle {
+  /** Filled in by beforeAll. */
+  readonly nodes: RedisNodeProcess[];
+}
+
+/**
+ * Starts `count` nodes in beforeAll and stops them in afterAll (which Jest runs
+ * even when tests or beforeAll fail).
+ */
+export function useRedisNodes(count: number, options?: RedisNodeOptions): RedisNodesHandle {
+  const handle = { nodes: [] as RedisNodeProcess[] };
+  beforeAll(async () => {
+    handle.nodes = await startRedisNodes(count, options);
+  }, START_TIMEOUT_MS * 2);
+  afterAll(async () => {
+    await stopRedisNodes(handle.nodes);
+  });
+  return handle;
+}
