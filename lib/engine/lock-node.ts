@@ -1,3 +1,5 @@
+import { once } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { LuaScript } from './lua-scripts.js';
 import { isRedisClient, type LockNodeSpec } from './lock-options.js';
@@ -78,11 +80,16 @@ export class LockNode {
   }
 
   async close(): Promise<void> {
-    if (!this.owned) return;
-    if (this.client.status === 'ready') {
-      await this.client.quit().catch(() => this.client.disconnect());
+    const { client } = this;
+    if (!this.owned || client.status === 'end') return;
+    // QUIT resolves on the server's OK; the socket closes a moment later.
+    const ended = once(client, 'end');
+    if (client.status === 'ready') {
+      await client.quit().catch(() => client.disconnect());
     } else {
-      this.client.disconnect();
+      client.disconnect();
     }
+    // Bounded, should a client in an odd state never report its end.
+    await Promise.race([ended, sleep(1000, undefined, { ref: false })]);
   }
 }

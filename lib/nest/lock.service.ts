@@ -1,0 +1,27 @@
+import { Logger, type OnApplicationShutdown } from '@nestjs/common';
+import { LockEngine } from '../engine/index.js';
+import type { RedisLockModuleOptions } from './redis-lock-module-options.interface.js';
+
+/**
+ * The lock engine as a Nest provider: inject it to acquire, try, extend,
+ * release and run code under a lock by hand. Closes the connections it
+ * opened when the application shuts down; clients you passed in stay open.
+ *
+ * @example
+ * constructor(private readonly locks: LockService) {}
+ *
+ * async pay(orderId: number) {
+ *   return this.locks.using(`order:${orderId}`, async (lock) => {
+ *     await this.orders.markPaid(orderId, lock.token);
+ *   });
+ * }
+ */
+export class LockService extends LockEngine implements OnApplicationShutdown {
+  constructor(options: RedisLockModuleOptions) {
+    super({ logger: new Logger('RedisLock'), ...options });
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    await this.close();
+  }
+}
