@@ -11,6 +11,9 @@ export default tseslint.config(
   {
     languageOptions: {
       globals: { ...globals.node },
+      // Constructor parameter types are read at run time by Nest's DI (decorator
+      // metadata), so imports used there must stay value imports.
+      parserOptions: { emitDecoratorMetadata: true, experimentalDecorators: true },
     },
     rules: {
       '@typescript-eslint/no-unused-vars': [

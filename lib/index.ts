@@ -1,7 +1,43 @@
-// Nest layer
+// The Nest layer
 export { RedisLockModule } from './nest/redis-lock.module.js';
 export { LockService } from './nest/lock.service.js';
-export type { RedisLockModuleOptions } from './nest/redis-lock-module-options.interface.js';
+export { Locked } from './nest/locked.decorator.js';
+export { CurrentLock, FencingToken, LockSignal } from './nest/lock-params.decorator.js';
+export { LockContext, RequestLocks, getRequestLocks } from './nest/lock-context.js';
+export {
+  LockContextInterceptor,
+  lockFailureBody,
+  type LockFailureBody,
+} from './nest/lock-context.interceptor.js';
+export { LockKeyError, LockSetupError } from './nest/locked-errors.js';
+export type { LockKey, LockKeyFunction } from './nest/lock-key.js';
+export type {
+  LockedDefaults,
+  LockedOptions,
+  RedisLockModuleOptions,
+} from './nest/redis-lock-module-options.interface.js';
 
-// Engine (usable without Nest)
-export * from './engine/index.js';
+// The engine, usable without Nest
+export {
+  LockEngine,
+  Lock,
+  LOCK_DEFAULTS,
+  MAX_RESOURCE_LENGTH,
+  LockError,
+  LockBusyError,
+  LockTimeoutError,
+  LockUnavailableError,
+  LockLostError,
+  LockAbortedError,
+  LockOptionsError,
+  LockConfigurationError,
+  type AcquireOptions,
+  type LockEngineOptions,
+  type LockEvents,
+  type LockLogger,
+  type LockNodeSpec,
+  type NodeFailure,
+  type ReleaseResult,
+  type RetryOptions,
+  type UsingOptions,
+} from './engine/index.js';

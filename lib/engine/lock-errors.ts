@@ -127,7 +127,7 @@ export class LockAbortedError extends LockError {
 
 /** Options or arguments that cannot work; the message says what to change. */
 export class LockOptionsError extends LockError {
-  override readonly code = 'LOCK_INVALID_OPTIONS';
+  override readonly code: string = 'LOCK_INVALID_OPTIONS';
 }
 
 /**

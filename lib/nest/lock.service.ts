@@ -18,7 +18,9 @@ import type { RedisLockModuleOptions } from './redis-lock-module-options.interfa
  */
 export class LockService extends LockEngine implements OnApplicationShutdown {
   constructor(options: RedisLockModuleOptions) {
-    super({ logger: new Logger('RedisLock'), ...options });
+    // The Nest-only options are read by the module; the engine checks the rest.
+    const { locked: _locked, contextInterceptor: _interceptor, ...engineOptions } = options ?? {};
+    super({ logger: new Logger('RedisLock'), ...engineOptions });
   }
 
   async onApplicationShutdown(): Promise<void> {

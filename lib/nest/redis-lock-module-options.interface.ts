@@ -1,8 +1,48 @@
-import type { LockEngineOptions } from '../engine/index.js';
+import type { LockBusyError, LockEngineOptions, RetryOptions } from '../engine/index.js';
+
+/** Defaults of every `@Locked()` method; each decorator can override them. */
+export interface LockedDefaults {
+  /** Lease in ms. Default: the module's ttl (5000). */
+  ttl?: number;
+  /**
+   * Wait for a busy lock: `true` (default) waits per the retry policy up to
+   * the module's waitTimeout, a number waits up to that many ms, `false`
+   * makes one attempt and fails fast (HTTP 409 with Retry-After).
+   */
+  wait?: boolean | number;
+  /** Retry policy while waiting. Default: the module's. */
+  retry?: RetryOptions;
+  /** Extend the lease while the method runs. Default true. */
+  autoExtend?: boolean;
+}
+
+/** Options of one `@Locked()` method. */
+export interface LockedOptions extends LockedDefaults {
+  /**
+   * What to do when the lock is held by someone else (after waiting, if
+   * waiting): by default a LockBusyError is thrown, which the lock-context
+   * interceptor turns into a 409 Conflict with Retry-After (or the RPC /
+   * WebSocket equivalent). A function here runs instead, and what it returns
+   * (or throws) becomes the method's result.
+   *
+   * @example
+   * @Locked('report:<0>', { wait: false, onBusy: () => ({ status: 'already running' }) })
+   */
+  onBusy?: (error: LockBusyError, args: unknown[]) => unknown;
+}
 
 /**
  * Options of {@link RedisLockModule}: the engine's options (nodes, ttl,
- * retry, fencing, ...). Without a `logger`, warnings go through Nest's
- * Logger under the `RedisLock` context.
+ * retry, fencing, ...) plus the defaults of `@Locked()` methods. Without a
+ * `logger`, warnings go through Nest's Logger under the `RedisLock` context.
  */
-export type RedisLockModuleOptions = LockEngineOptions;
+export interface RedisLockModuleOptions extends LockEngineOptions {
+  /** Defaults of every `@Locked()` method. */
+  locked?: LockedDefaults;
+  /**
+   * Register {@link LockContextInterceptor} for every handler, so lock
+   * failures become 409/503 answers and the request carries its locks.
+   * Default true.
+   */
+  contextInterceptor?: boolean;
+}

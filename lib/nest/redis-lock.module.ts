@@ -1,13 +1,22 @@
 import { Module } from '@nestjs/common';
+import { APP_INTERCEPTOR, DiscoveryModule, HttpAdapterHost } from '@nestjs/core';
+import { LockContext } from './lock-context.js';
+import { LockContextInterceptor } from './lock-context.interceptor.js';
 import { LockService } from './lock.service.js';
+import { LockedMethodsExplorer } from './locked-methods.explorer.js';
 import {
   ConfigurableModuleClass,
   REDIS_LOCK_MODULE_OPTIONS,
 } from './redis-lock.module-definition.js';
 import type { RedisLockModuleOptions } from './redis-lock-module-options.interface.js';
 
+/** Stands in for the interceptor when `contextInterceptor: false`. */
+const passThrough = { intercept: (_: unknown, next: { handle(): unknown }) => next.handle() };
+
 /**
- * Registers the Redis nodes and {@link LockService}.
+ * Registers the Redis nodes, {@link LockService}, {@link LockContext}, the
+ * set-up of `@Locked()` methods and (unless `contextInterceptor: false`) the
+ * {@link LockContextInterceptor} for every handler.
  *
  * @example
  * RedisLockModule.forRoot({ nodes: ['redis://localhost:6379'], isGlobal: true })
@@ -19,6 +28,7 @@ import type { RedisLockModuleOptions } from './redis-lock-module-options.interfa
  * })
  */
 @Module({
+  imports: [DiscoveryModule],
   providers: [
     {
       provide: LockService,
@@ -36,7 +46,17 @@ import type { RedisLockModuleOptions } from './redis-lock-module-options.interfa
         return service;
       },
     },
+    LockContext,
+    LockedMethodsExplorer,
+    {
+      provide: APP_INTERCEPTOR,
+      inject: [REDIS_LOCK_MODULE_OPTIONS, HttpAdapterHost],
+      useFactory: (options: RedisLockModuleOptions, adapterHost: HttpAdapterHost) =>
+        options.contextInterceptor === false
+          ? passThrough
+          : new LockContextInterceptor(adapterHost),
+    },
   ],
-  exports: [LockService],
+  exports: [LockService, LockContext],
 })
 export class RedisLockModule extends ConfigurableModuleClass {}

@@ -1,0 +1,143 @@
+import {
+  BadRequestException,
+  ConflictException,
+  Injectable,
+  Optional,
+  ServiceUnavailableException,
+  type CallHandler,
+  type ExecutionContext,
+  type NestInterceptor,
+} from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
+import { catchError, from, mergeMap, throwError, type Observable } from 'rxjs';
+import { LockBusyError, LockUnavailableError, type Lock, type LockError } from '../engine/index.js';
+import { attachRequestLocks, lockStorage, RequestLocks, type LockFrame } from './lock-context.js';
+import { isLockFailure } from './locked.decorator.js';
+import { LockKeyError } from './locked-errors.js';
+
+/** The body of a lock failure as a client sees it, on every transport. */
+export interface LockFailureBody {
+  statusCode: 400 | 409 | 503;
+  error: string;
+  code: string;
+  message: string;
+  /** Ms until the holder's lease ends, when busy. */
+  retryAfter?: number;
+}
+
+const EMPTY: ReadonlyMap<string, Lock> = new Map();
+
+/**
+ * Gives every handler a lock context: the locks taken while handling the
+ * request are attached to it (read them with `getRequestLocks()`), and a
+ * lock that `@Locked()` could not take becomes the transport's answer:
+ * HTTP 409 Conflict with a `Retry-After` header when busy, 503 when the
+ * nodes are unreachable, 400 for a key argument that cannot make a key;
+ * an RpcException or WsException carrying the same body elsewhere. The
+ * handler's own errors pass through untouched.
+ *
+ * RedisLockModule registers it for every handler unless
+ * `contextInterceptor: false`; then apply it with `@UseInterceptors()`.
+ * Subclass it and override {@link toTransportError} to answer differently.
+ */
+@Injectable()
+export class LockContextInterceptor implements NestInterceptor {
+  constructor(@Optional() protected readonly adapterHost?: HttpAdapterHost) {}
+
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const locks = new RequestLocks();
+    const carrier = this.requestOf(context);
+    if (carrier) attachRequestLocks(carrier, locks);
+    const parent = lockStorage.getStore();
+    const frame: LockFrame = {
+      engine: parent?.engine,
+      held: parent?.held ?? EMPTY,
+      lock: parent?.lock,
+      request: locks,
+    };
+    return lockStorage
+      .run(frame, () => next.handle())
+      .pipe(
+        catchError((error: unknown) =>
+          isLockFailure(error)
+            ? from(this.toTransportError(error as LockError, context)).pipe(
+                mergeMap((mapped) => throwError(() => mapped)),
+              )
+            : throwError(() => error),
+        ),
+      );
+  }
+
+  /** The object a request's locks are attached to: HTTP request, RPC context, WebSocket client. */
+  protected requestOf(context: ExecutionContext): object | undefined {
+    const type = context.getType<string>();
+    const carrier =
+      type === 'http'
+        ? context.switchToHttp().getRequest<unknown>()
+        : type === 'rpc'
+          ? context.switchToRpc().getContext<unknown>()
+          : type === 'ws'
+            ? context.switchToWs().getClient<unknown>()
+            : context.getArgByIndex<unknown>(0);
+    return typeof carrier === 'object' && carrier !== null ? carrier : undefined;
+  }
+
+  /** Turns a lock failure of `@Locked()` into what the transport answers. */
+  protected async toTransportError(error: LockError, context: ExecutionContext): Promise<unknown> {
+    const body = lockFailureBody(error);
+    if (!body) return error;
+    const type = context.getType<string>();
+    if (type === 'http') {
+      if (body.retryAfter !== undefined) this.setRetryAfter(context, body.retryAfter);
+      const options = { cause: error };
+      if (body.statusCode === 409) return new ConflictException(body, options);
+      if (body.statusCode === 503) return new ServiceUnavailableException(body, options);
+      return new BadRequestException(body, options);
+    }
+    if (type === 'rpc') {
+      const { RpcException } = await import('@nestjs/microservices');
+      return new RpcException(body);
+    }
+    if (type === 'ws') {
+      const { WsException } = await import('@nestjs/websockets');
+      return new WsException(body);
+    }
+    return error;
+  }
+
+  protected setRetryAfter(context: ExecutionContext, retryAfterMs: number): void {
+    const adapter = this.adapterHost?.httpAdapter;
+    const response = context.switchToHttp().getResponse<unknown>();
+    if (adapter && response)
+      adapter.setHeader(
+        response,
+        'Retry-After',
+        String(Math.max(1, Math.ceil(retryAfterMs / 1000))),
+      );
+  }
+}
+
+/** The client-facing body of a lock failure; undefined for errors that are not the client's concern. */
+export function lockFailureBody(error: LockError): LockFailureBody | undefined {
+  if (error instanceof LockBusyError) {
+    return {
+      statusCode: 409,
+      error: 'Conflict',
+      code: error.code,
+      message: error.message,
+      retryAfter: error.retryAfter,
+    };
+  }
+  if (error instanceof LockUnavailableError) {
+    return {
+      statusCode: 503,
+      error: 'Service Unavailable',
+      code: error.code,
+      message: 'The lock service is unavailable; try again later.',
+    };
+  }
+  if (error instanceof LockKeyError) {
+    return { statusCode: 400, error: 'Bad Request', code: error.code, message: error.message };
+  }
+  return undefined;
+}

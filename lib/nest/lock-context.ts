@@ -1,0 +1,117 @@
+import { Injectable } from '@nestjs/common';
+import { AsyncLocalStorage } from 'node:async_hooks';
+import type { Lock, LockEngine } from '../engine/index.js';
+
+/**
+ * The locks taken while handling one request (HTTP request, RPC message or
+ * WebSocket message), in the order they were granted. The lock-context
+ * interceptor attaches it to the request; read it with {@link getRequestLocks}.
+ */
+export class RequestLocks {
+  readonly locks: Lock[] = [];
+
+  /** The lock granted last, if any. */
+  get lock(): Lock | undefined {
+    return this.locks.at(-1);
+  }
+
+  /** The fencing token of the lock granted last. */
+  get token(): number | undefined {
+    return this.lock?.token;
+  }
+}
+
+/** What the code running under `@Locked()` can see; one frame per locked call. */
+export interface LockFrame {
+  /** The engine that granted `held`, so re-entrancy never mixes two applications' locks. */
+  readonly engine: LockEngine | undefined;
+  /** Every resource held by this call chain, for re-entrancy. */
+  readonly held: ReadonlyMap<string, Lock>;
+  /** The innermost lock. */
+  readonly lock: Lock | undefined;
+  readonly request: RequestLocks | undefined;
+}
+
+/** @internal The one store shared by the decorator, the interceptor and LockContext. */
+export const lockStorage = new AsyncLocalStorage<LockFrame>();
+
+const REQUEST_LOCKS = Symbol('redis-lock.request-locks');
+
+/** @internal Attaches the request's lock list to the transport's request object. */
+export function attachRequestLocks(request: object, locks: RequestLocks): void {
+  Object.defineProperty(request, REQUEST_LOCKS, { value: locks, configurable: true });
+}
+
+/**
+ * The locks taken while handling `request`: the HTTP request object (Express
+ * or Fastify), the RPC context, or the WebSocket client. Undefined when the
+ * lock-context interceptor did not run for it.
+ *
+ * @example
+ * catch(exception: unknown, host: ArgumentsHost) {
+ *   const locks = getRequestLocks(host.switchToHttp().getRequest());
+ * }
+ */
+export function getRequestLocks(request: unknown): RequestLocks | undefined {
+  return typeof request === 'object' && request !== null
+    ? (request as { [REQUEST_LOCKS]?: RequestLocks })[REQUEST_LOCKS]
+    : undefined;
+}
+
+/**
+ * The lock(s) held by the current call chain, from anywhere below a
+ * `@Locked()` method: inject it, or use its static methods.
+ *
+ * @example
+ * constructor(private readonly lockContext: LockContext) {}
+ * save(order: Order) {
+ *   return this.repo.update(order, { fence: this.lockContext.token });
+ * }
+ */
+@Injectable()
+export class LockContext {
+  /** The innermost lock of the current call chain. */
+  static get lock(): Lock | undefined {
+    return lockStorage.getStore()?.lock;
+  }
+
+  /** Its fencing token. */
+  static get token(): number | undefined {
+    return lockStorage.getStore()?.lock?.token;
+  }
+
+  /** Its signal: aborts when the lock is lost. */
+  static get signal(): AbortSignal | undefined {
+    return lockStorage.getStore()?.lock?.signal;
+  }
+
+  /** Every lock held by the current call chain, outermost first. */
+  static get locks(): Lock[] {
+    return [...new Set(lockStorage.getStore()?.held.values())];
+  }
+
+  /** The locks of the current request, when the interceptor runs. */
+  static get request(): RequestLocks | undefined {
+    return lockStorage.getStore()?.request;
+  }
+
+  get lock(): Lock | undefined {
+    return LockContext.lock;
+  }
+
+  get token(): number | undefined {
+    return LockContext.token;
+  }
+
+  get signal(): AbortSignal | undefined {
+    return LockContext.signal;
+  }
+
+  get locks(): Lock[] {
+    return LockContext.locks;
+  }
+
+  get request(): RequestLocks | undefined {
+    return LockContext.request;
+  }
+}

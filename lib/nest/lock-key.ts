@@ -1,0 +1,218 @@
+import { MAX_RESOURCE_LENGTH } from '../engine/index.js';
+import { LockKeyError } from './locked-errors.js';
+
+/** Builds the resource name(s) from the method's arguments (as the method receives them). */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- any method's arguments
+export type LockKeyFunction = (...args: any[]) => string | readonly string[];
+
+/**
+ * What `@Locked()` locks: a template such as `'order:<0>'` (`<0>` is the
+ * method's first argument, `<1.id>` a property of the second), several
+ * templates locked together, or a function of the arguments.
+ */
+export type LockKey = string | readonly string[] | LockKeyFunction;
+
+/** Longest argument value accepted in a template, before encoding. */
+export const MAX_KEY_VALUE_LENGTH = 200;
+
+interface Placeholder {
+  readonly text: string;
+  readonly index: number;
+  readonly path: readonly string[];
+}
+
+type Part = string | Placeholder;
+
+/** A key, parsed once at decoration time. */
+export interface CompiledLockKey {
+  /** The resource names for one call; throws LockKeyError for values that cannot be keys. */
+  resolve(args: readonly unknown[]): readonly string[];
+  /** The highest argument index a template refers to, -1 for none. */
+  readonly maxIndex: number;
+}
+
+const PLACEHOLDER = /<([^<>]*)>/g;
+const INDEX_AND_PATH = /^(\d+)((?:\.[A-Za-z_$][\w$]*|\.\d+)*)$/;
+
+/**
+ * Parses `key` for the method named by `where` (e.g. `OrdersService.pay`),
+ * which declares `parameterCount` parameters (undefined when unknown).
+ */
+export function compileLockKey(
+  key: LockKey,
+  where: string,
+  parameterCount: number | undefined,
+): CompiledLockKey {
+  if (typeof key === 'function') return compileFunction(key, where);
+  const templates = typeof key === 'string' ? [key] : key;
+  if (
+    !Array.isArray(templates) ||
+    templates.length === 0 ||
+    templates.some((t) => typeof t !== 'string')
+  ) {
+    throw new LockKeyError(
+      `@Locked() on ${where} needs a key: a template such as 'order:<0>', an array of templates, or a function of the arguments.`,
+    );
+  }
+  const parsed = templates.map((template) => parseTemplate(template, where));
+  const maxIndex = Math.max(
+    -1,
+    ...parsed.flatMap((parts) =>
+      parts.filter((p): p is Placeholder => typeof p !== 'string').map((p) => p.index),
+    ),
+  );
+  if (parameterCount !== undefined && maxIndex >= parameterCount) {
+    throw new LockKeyError(
+      `@Locked(${quote(templates)}) on ${where}: <${maxIndex}> refers to argument ${maxIndex}, but the method declares ` +
+        `${parameterCount} parameter${parameterCount === 1 ? '' : 's'} (arguments count from <0>).`,
+    );
+  }
+  return {
+    maxIndex,
+    resolve(args) {
+      const resources = parsed.map((parts, i) => render(parts, args, templates[i], where));
+      return resources.length === 1 ? resources : [...new Set(resources)];
+    },
+  };
+}
+
+function parseTemplate(template: string, where: string): Part[] {
+  const parts: Part[] = [];
+  let last = 0;
+  for (const match of template.matchAll(PLACEHOLDER)) {
+    const found = INDEX_AND_PATH.exec(match[1]);
+    if (!found) {
+      throw new LockKeyError(
+        `@Locked('${template}') on ${where}: '${match[0]}' is not a placeholder; write <0> for the first argument, ` +
+          '<0.id> or <1.customer.id> for a property of one.',
+      );
+    }
+    parts.push(template.slice(last, match.index));
+    parts.push({
+      text: match[0],
+      index: Number(found[1]),
+      path: found[2] ? found[2].slice(1).split('.') : [],
+    });
+    last = match.index + match[0].length;
+  }
+  parts.push(template.slice(last));
+  const literal = parts.filter((p): p is string => typeof p === 'string').join('');
+  if (/[<>]/.test(literal)) {
+    throw new LockKeyError(
+      `@Locked('${template}') on ${where}: unbalanced '<' or '>'; placeholders look like <0> or <0.id>.`,
+    );
+  }
+  if (template.length === 0)
+    throw new LockKeyError(`@Locked('') on ${where}: the key template is empty.`);
+  return parts.filter((p) => p !== '');
+}
+
+function render(
+  parts: readonly Part[],
+  args: readonly unknown[],
+  template: string,
+  where: string,
+): string {
+  let key = '';
+  for (const part of parts) {
+    if (typeof part === 'string') {
+      key += part;
+      continue;
+    }
+    let value: unknown = args[part.index];
+    for (const name of part.path) {
+      value =
+        value === null || value === undefined
+          ? undefined
+          : (value as Record<string, unknown>)[name];
+    }
+    key += encodeValue(value, () => `@Locked('${template}') on ${where}: ${part.text}`);
+  }
+  return key;
+}
+
+/**
+ * Turns an argument into part of a key. Anything beyond letters, digits and
+ * `_ . ~ -` is percent-encoded, so a value such as `'1:admin'` cannot forge
+ * the structure of another key (`order:1:admin` vs `order:<0>:admin`).
+ */
+function encodeValue(value: unknown, where: () => string): string {
+  let text: string;
+  if (typeof value === 'string') {
+    if (value.length === 0)
+      throw new LockKeyError(`${where()} is an empty string; a lock key needs a value.`);
+    text = value;
+  } else if (typeof value === 'number') {
+    if (!Number.isFinite(value))
+      throw new LockKeyError(`${where()} is ${value}; a lock key needs a finite number.`);
+    text = String(value);
+  } else if (typeof value === 'bigint') {
+    text = String(value);
+  } else {
+    const kind =
+      value === null
+        ? 'null'
+        : Array.isArray(value)
+          ? 'an array'
+          : typeof value === 'object'
+            ? 'an object'
+            : typeof value;
+    throw new LockKeyError(
+      `${where()} is ${kind}; a lock key takes a string or a number. ` +
+        'Point the placeholder at a property (<0.id>) or pass a function key.',
+    );
+  }
+  if (text.length > MAX_KEY_VALUE_LENGTH) {
+    throw new LockKeyError(
+      `${where()} is ${text.length} characters long; at most ${MAX_KEY_VALUE_LENGTH} go into a lock key.`,
+    );
+  }
+  return SAFE_VALUE.test(text) ? text : text.replace(UNSAFE_CHARACTER, percentEncode);
+}
+
+const SAFE_VALUE = /^[\w.~-]*$/;
+const UNSAFE_CHARACTER = /[^\w.~-]/gu;
+
+function percentEncode(character: string): string {
+  return Buffer.from(character).toString('hex').toUpperCase().replace(/../g, '%$&');
+}
+
+function compileFunction(key: LockKeyFunction, where: string): CompiledLockKey {
+  return {
+    maxIndex: -1,
+    resolve(args) {
+      const result = key(...args);
+      const list = typeof result === 'string' ? [result] : result;
+      if (!Array.isArray(list) || list.length === 0) {
+        throw new LockKeyError(
+          `The key function of @Locked() on ${where} returned ${describe(result)}; return a string or an array of strings.`,
+        );
+      }
+      for (const resource of list) {
+        if (
+          typeof resource !== 'string' ||
+          resource.length === 0 ||
+          resource.length > MAX_RESOURCE_LENGTH
+        ) {
+          throw new LockKeyError(
+            `The key function of @Locked() on ${where} returned ${describe(resource)}; each resource must be a string of 1 to ${MAX_RESOURCE_LENGTH} characters.`,
+          );
+        }
+      }
+      return list.length === 1 ? list : [...new Set(list)];
+    },
+  };
+}
+
+function describe(value: unknown): string {
+  if (typeof value === 'string')
+    return value.length > 40 ? `a string of ${value.length} characters` : `'${value}'`;
+  if (Array.isArray(value)) return value.length === 0 ? 'an empty array' : 'an array';
+  return value === null ? 'null' : typeof value;
+}
+
+function quote(templates: readonly string[]): string {
+  return templates.length === 1
+    ? `'${templates[0]}'`
+    : `[${templates.map((t) => `'${t}'`).join(', ')}]`;
+}

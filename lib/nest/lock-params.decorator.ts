@@ -1,0 +1,53 @@
+import type { Lock } from '../engine/index.js';
+
+/** @internal Which parameters of a method `@Locked()` fills in once the lock is held. */
+export const LOCK_PARAMS_METADATA = 'redis-lock:params';
+
+export interface LockParam {
+  readonly index: number;
+  readonly pick: (lock: Lock) => unknown;
+}
+
+function lockParam(pick: (lock: Lock) => unknown): ParameterDecorator {
+  return (target, propertyKey, index) => {
+    if (propertyKey === undefined) {
+      throw new TypeError(
+        '@CurrentLock(), @FencingToken() and @LockSignal() go on method parameters, not constructor parameters.',
+      );
+    }
+    const params: LockParam[] =
+      Reflect.getMetadata(LOCK_PARAMS_METADATA, target, propertyKey) ?? [];
+    Reflect.defineMetadata(LOCK_PARAMS_METADATA, [...params, { index, pick }], target, propertyKey);
+  };
+}
+
+/**
+ * Fills the parameter with the {@link Lock} held by the `@Locked()` method
+ * (the innermost lock when re-entrant). The caller passes nothing there.
+ *
+ * @example
+ * @Locked('order:<0>')
+ * pay(id: number, @CurrentLock() lock?: Lock) { ... }
+ */
+export function CurrentLock(): ParameterDecorator {
+  return lockParam((lock) => lock);
+}
+
+/**
+ * Fills the parameter with the fencing token of the `@Locked()` method's lock.
+ *
+ * @example
+ * @Post(':id/pay')
+ * @Locked('order:<0>')
+ * pay(@Param('id', ParseIntPipe) id: number, @FencingToken() token: number) {
+ *   return this.orders.markPaid(id, token); // UPDATE ... WHERE last_token < :token
+ * }
+ */
+export function FencingToken(): ParameterDecorator {
+  return lockParam((lock) => lock.token);
+}
+
+/** Fills the parameter with the lock's AbortSignal, aborted when the lock is lost. */
+export function LockSignal(): ParameterDecorator {
+  return lockParam((lock) => lock.signal);
+}

@@ -1,0 +1,22 @@
+import { LockError, LockOptionsError } from '../engine/index.js';
+
+/** A key template or its value cannot make a resource name; the message says which and why. */
+export class LockKeyError extends LockOptionsError {
+  override readonly code = 'LOCK_INVALID_KEY';
+}
+
+/**
+ * A `@Locked()` method was called on an object no RedisLockModule has set up,
+ * so it refuses to run unlocked.
+ */
+export class LockSetupError extends LockError {
+  override readonly code = 'LOCK_NOT_SET_UP';
+
+  constructor(where: string) {
+    super(
+      `${where} is @Locked(), but no RedisLockModule has set up its class, so it will not run unlocked. ` +
+        'Import RedisLockModule.forRoot() (or forRootAsync()) in the application, and get the instance from Nest ' +
+        '(inject it; an object made with `new` is not managed by Nest).',
+    );
+  }
+}
