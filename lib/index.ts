@@ -10,6 +10,7 @@ export {
   type LockFailureBody,
 } from './nest/lock-context.interceptor.js';
 export { LockKeyError, LockSetupError } from './nest/locked-errors.js';
+export { isLockFailure } from './nest/lock-failures.js';
 export type { LockKey, LockKeyFunction } from './nest/lock-key.js';
 export type {
   LockedDefaults,

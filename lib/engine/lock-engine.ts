@@ -238,6 +238,8 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
 
   /** @internal Use {@link release}. */
   async releaseOnNodes(lock: Lock): Promise<ReleaseResult> {
+    // A holder that was paused past its lease learns here that it lost the lock.
+    if (lock.validUntil <= performance.now()) lock.lost('its lease ran out before it was released');
     lock.released();
     const round = await quorumRound(
       this.nodes,
@@ -270,7 +272,12 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     if (this.listenerCount('lost') > 0) this.emit('lost', { lock, error });
   }
 
-  private failed(request: Request, attempts: number, error: LockError): LockError {
+  /** Reports a failed acquisition; subclasses may tag the error (the Nest layer does). */
+  protected failed(
+    request: { readonly resources: readonly string[] },
+    attempts: number,
+    error: LockError,
+  ): LockError {
     if (this.listenerCount('failed') > 0)
       this.emit('failed', { resources: request.resources, attempts, error });
     return error;

@@ -17,6 +17,8 @@ const OWNED_CLIENT_DEFAULTS: RedisOptions = {
   maxRetriesPerRequest: 0,
   autoResendUnfulfilledCommands: false,
   connectTimeout: 2000,
+  // A node that is down when the engine closes must not keep the process alive.
+  disconnectTimeout: 200,
   retryStrategy: (times) => Math.min(50 * 2 ** Math.min(times, 5), 1000),
 };
 
@@ -24,6 +26,8 @@ const OWNED_CLIENT_DEFAULTS: RedisOptions = {
 export class LockNode {
   /** `host:port` (without credentials), used in messages and logs. */
   readonly label: string;
+  /** The connection's last error, to say why a node that is not ready failed. */
+  private lastError: Error | undefined;
 
   private constructor(
     readonly client: Redis,
@@ -32,6 +36,8 @@ export class LockNode {
   ) {
     const { host, port, path } = client.options;
     this.label = path ?? `${host ?? 'localhost'}:${port ?? 6379}`;
+    client.on('error', (error: Error) => (this.lastError = error));
+    client.on('ready', () => (this.lastError = undefined));
   }
 
   static from(spec: LockNodeSpec): LockNode {
@@ -40,27 +46,38 @@ export class LockNode {
       typeof spec === 'string'
         ? new Redis(spec, OWNED_CLIENT_DEFAULTS)
         : new Redis({ ...OWNED_CLIENT_DEFAULTS, ...(spec as RedisOptions) });
-    // A node that is down must not crash the process through an unhandled
-    // 'error' event; its failures surface as failed lock attempts instead.
-    client.on('error', () => undefined);
     return new LockNode(client, true);
   }
 
-  /** Opens an owned lazy client; resolves true once it is ready, false if it could not connect. */
+  /**
+   * Opens a lazy client (the engine's or the caller's); resolves true once it
+   * is ready, false if it could not connect in time or was refused for good
+   * (wrong password, missing permissions): see {@link connectionError}.
+   */
   async connect(timeoutMs: number): Promise<boolean> {
     const { client } = this;
     if (client.status === 'ready') return true;
-    if (this.owned && client.status === 'wait') client.connect().catch(() => undefined);
+    if (client.status === 'wait') client.connect().catch(() => undefined);
     return new Promise<boolean>((resolve) => {
       const done = (ready: boolean) => {
         clearTimeout(timer);
         client.off('ready', onReady);
+        client.off('error', onError);
         resolve(ready);
       };
       const onReady = () => done(true);
+      const onError = (error: Error) => {
+        if (isRefusal(error)) done(false);
+      };
       const timer = setTimeout(() => done(client.status === 'ready'), timeoutMs);
       client.on('ready', onReady);
+      client.on('error', onError);
     });
+  }
+
+  /** Why the node is not ready, when it is not. */
+  get connectionError(): Error | undefined {
+    return this.client.status === 'ready' ? undefined : this.lastError;
   }
 
   /** Runs a script by SHA; after SCRIPT FLUSH or a restart, by source (which caches it again). */
@@ -69,6 +86,9 @@ export class LockNode {
     keys: readonly string[],
     args: readonly (string | number)[],
   ): Promise<unknown> {
+    if (this.client.status !== 'ready' && this.lastError && this.owned) {
+      return Promise.reject(new Error(`not connected (${this.lastError.message})`));
+    }
     return this.client
       .evalsha(script.sha, keys.length, ...keys, ...args)
       .catch((error: unknown) => {
@@ -82,14 +102,20 @@ export class LockNode {
   async close(): Promise<void> {
     const { client } = this;
     if (!this.owned || client.status === 'end') return;
+    if (client.status !== 'ready') {
+      // Connecting or reconnecting: nothing to say goodbye to, and no 'end' to wait for.
+      client.disconnect();
+      return;
+    }
     // QUIT resolves on the server's OK; the socket closes a moment later.
     const ended = once(client, 'end');
-    if (client.status === 'ready') {
-      await client.quit().catch(() => client.disconnect());
-    } else {
-      client.disconnect();
-    }
-    // Bounded, should a client in an odd state never report its end.
+    await client.quit().catch(() => client.disconnect());
+    // Bounded, should the socket never report its end.
     await Promise.race([ended, sleep(1000, undefined, { ref: false })]);
   }
+}
+
+/** Errors a reconnect will not cure: the server refuses these credentials. */
+function isRefusal(error: Error): boolean {
+  return /^(WRONGPASS|NOAUTH|NOPERM)/.test(error.message);
 }

@@ -254,9 +254,7 @@ function checkNodeSpec(spec: unknown, index: number): void {
     try {
       url = new URL(spec);
     } catch {
-      fail(
-        `${where} ('${spec}') is not a URL; write it as redis://host:6379 or rediss://host:6380 for TLS.`,
-      );
+      fail(`${where} is not a URL; write it as redis://host:6379 or rediss://host:6380 for TLS.`);
     }
     if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
       fail(`${where} uses '${url.protocol}'; use redis:// or rediss:// (TLS).`);

@@ -83,20 +83,23 @@ return 1`,
 );
 
 /**
- * Delete the keys that still hold our value and tell waiters they are free
- * (a message on a channel named after the key).
+ * Delete the keys that still hold our value, then tell waiters they are free
+ * (a message on a channel named after the key). Publishing uses pcall: a user
+ * without channel permissions must still be able to release.
  * KEYS: the lock keys. ARGV: value, notify '1' | '0'.
  * Returns how many keys were ours and are now deleted.
  */
 export const RELEASE = script(
   'release',
-  `local released = 0
+  `local released = {}
 for i = 1, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[1] then
     redis.call('DEL', KEYS[i])
-    released = released + 1
-    if ARGV[2] == '1' then redis.call('PUBLISH', KEYS[i], '') end
+    released[#released + 1] = KEYS[i]
   end
 end
-return released`,
+if ARGV[2] == '1' then
+  for i = 1, #released do redis.pcall('PUBLISH', released[i], '') end
+end
+return #released`,
 );

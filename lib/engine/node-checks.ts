@@ -99,28 +99,48 @@ export function findRisks(
   return risks;
 }
 
-/** Reads every reachable node and reports the risks: warnings, or an error when strict. */
+/**
+ * Reads every reachable node and reports the risks: warnings, or an error
+ * when strict. Unreachable nodes are warned about; strict refuses to start
+ * only when fewer than a quorum are reachable, since a node that is down for
+ * a moment is what the quorum is for.
+ */
 export async function checkNodes(
   nodes: readonly LockNode[],
   ready: readonly boolean[],
   quorum: number,
   options: ResolvedEngineOptions,
 ): Promise<void> {
-  const problems: string[] = [];
-  const down = nodes.filter((_, i) => !ready[i]).map((n) => n.label);
+  const warnings: string[] = [];
+  const refusals: string[] = [];
+  const down = nodes.filter((_, i) => !ready[i]);
   if (down.length > 0) {
-    problems.push(
-      `${down.length} of ${nodes.length} node(s) unreachable at start-up (${down.join(', ')})` +
-        (nodes.length - down.length < quorum
+    const belowQuorum = nodes.length - down.length < quorum;
+    (belowQuorum ? refusals : warnings).push(
+      `${down.length} of ${nodes.length} node(s) unreachable at start-up (` +
+        down
+          .map((n) => `${n.label}${n.connectionError ? `: ${n.connectionError.message}` : ''}`)
+          .join('; ') +
+        ')' +
+        (belowQuorum
           ? `: fewer than the quorum of ${quorum}, so no lock can be granted until they return.`
           : '.'),
     );
   }
   if (options.checkNodes) {
     const facts = await Promise.all(
-      nodes.map((node, i) => (ready[i] ? readNodeFacts(node).catch(() => undefined) : undefined)),
+      nodes.map((node, i) =>
+        ready[i]
+          ? readNodeFacts(node).catch((error: Error) => {
+              warnings.push(
+                `could not check the set-up of node ${node.label} (${error.message}); allow INFO and CONFIG GET to its user, or set checkNodes: false.`,
+              );
+              return undefined;
+            })
+          : undefined,
+      ),
     );
-    problems.push(
+    refusals.push(
       ...findRisks(
         nodes.map((n) => n.label),
         facts,
@@ -128,11 +148,10 @@ export async function checkNodes(
       ),
     );
   }
-  if (problems.length === 0) return;
-  if (options.strict) {
+  if (options.strict && refusals.length > 0) {
     throw new LockConfigurationError(
-      `Refusing to start (strict mode): ${problems.join(' ')} Fix the nodes, or set strict: false to start with warnings.`,
+      `Refusing to start (strict mode): ${[...refusals, ...warnings].join(' ')} Fix the nodes, or set strict: false to start with warnings.`,
     );
   }
-  for (const problem of problems) options.logger.warn(problem);
+  for (const problem of [...warnings, ...refusals]) options.logger.warn(problem);
 }

@@ -12,7 +12,7 @@ import { HttpAdapterHost } from '@nestjs/core';
 import { catchError, from, mergeMap, throwError, type Observable } from 'rxjs';
 import { LockBusyError, LockUnavailableError, type Lock, type LockError } from '../engine/index.js';
 import { attachRequestLocks, lockStorage, RequestLocks, type LockFrame } from './lock-context.js';
-import { isLockFailure } from './locked.decorator.js';
+import { isLockFailure } from './lock-failures.js';
 import { LockKeyError } from './locked-errors.js';
 
 /** The body of a lock failure as a client sees it, on every transport. */

@@ -1,5 +1,6 @@
 import { Logger, type OnApplicationShutdown } from '@nestjs/common';
-import { LockEngine } from '../engine/index.js';
+import { LockEngine, type LockError } from '../engine/index.js';
+import { markLockFailure } from './lock-failures.js';
 import type { RedisLockModuleOptions } from './redis-lock-module-options.interface.js';
 
 /**
@@ -21,6 +22,15 @@ export class LockService extends LockEngine implements OnApplicationShutdown {
     // The Nest-only options are read by the module; the engine checks the rest.
     const { locked: _locked, contextInterceptor: _interceptor, ...engineOptions } = options ?? {};
     super({ logger: new Logger('RedisLock'), ...engineOptions });
+  }
+
+  /** Tags acquisition failures so the lock-context interceptor answers them (409, 503) wherever they were taken. */
+  protected override failed(
+    request: { readonly resources: readonly string[] },
+    attempts: number,
+    error: LockError,
+  ): LockError {
+    return markLockFailure(super.failed(request, attempts, error));
   }
 
   async onApplicationShutdown(): Promise<void> {

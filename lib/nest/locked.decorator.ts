@@ -3,6 +3,7 @@ import { LockBusyError, type AcquireOptions, type Lock, type LockEngine } from '
 import { compileLockKey, type CompiledLockKey, type LockKey } from './lock-key.js';
 import { lockStorage, type LockFrame } from './lock-context.js';
 import { LOCK_PARAMS_METADATA, type LockParam } from './lock-params.decorator.js';
+import { markLockFailure } from './lock-failures.js';
 import { LockSetupError } from './locked-errors.js';
 import { checkLockedOptions, mergeLockedOptions } from './locked-options.js';
 import type { LockedDefaults, LockedOptions } from './redis-lock-module-options.interface.js';
@@ -18,19 +19,6 @@ export interface LockedRuntime {
 
 /** @internal The property (on instances and prototypes) that holds the runtime. */
 export const LOCKED_RUNTIME = Symbol('redis-lock.runtime');
-
-/** Errors raised while taking a method's lock (never the method's own errors). */
-const lockFailures = new WeakSet<object>();
-
-/** @internal True for an error that `@Locked()` raised while taking the lock, not one the method threw. */
-export function isLockFailure(error: unknown): boolean {
-  return typeof error === 'object' && error !== null && lockFailures.has(error);
-}
-
-function lockFailure(error: unknown): unknown {
-  if (typeof error === 'object' && error !== null) lockFailures.add(error);
-  return error;
-}
 
 interface LockedMethod {
   readonly where: string;
@@ -184,7 +172,7 @@ async function lockedCall(
   try {
     p = plan(method, runtime, args);
   } catch (error) {
-    throw lockFailure(error);
+    throw markLockFailure(error);
   }
   const run = (lock: Lock) =>
     lockStorage.run(enter(method, p, lock, args), async () => {
@@ -207,7 +195,7 @@ async function lockedCall(
     if (entered) throw error;
     if (method.options.onBusy && error instanceof LockBusyError)
       return method.options.onBusy(error, args);
-    throw lockFailure(error);
+    throw markLockFailure(error);
   }
 }
 
@@ -239,7 +227,7 @@ function lockedStream(
     try {
       p = plan(method, runtime, args);
     } catch (error) {
-      subscriber.error(lockFailure(error));
+      subscriber.error(markLockFailure(error));
       return;
     }
     let inner: Subscription | undefined;
@@ -276,7 +264,7 @@ function lockedStream(
       (error: unknown) => {
         if (closed) return;
         if (!(method.options.onBusy && error instanceof LockBusyError))
-          return subscriber.error(lockFailure(error));
+          return subscriber.error(markLockFailure(error));
         try {
           inner = toObservable(method.options.onBusy(error, args)).subscribe(subscriber);
         } catch (fallbackError) {

@@ -66,7 +66,7 @@ describe('faults on real nodes', () => {
     const small = new LockEngine({
       nodes: redis.nodes.slice(0, 3).map((n) => n.url),
       ttl: 2000,
-      nodeTimeout: 100,
+      nodeTimeout: 500,
       logger: quietLogger(),
     });
     await small.connect();
@@ -74,7 +74,7 @@ describe('faults on real nodes', () => {
     try {
       let started = performance.now();
       const lock = await small.tryAcquire(unique('paused-one'));
-      expect(performance.now() - started).toBeLessThan(100);
+      expect(performance.now() - started).toBeLessThan(500);
       await lock.release();
 
       await redis.nodes[1].pause();
@@ -83,8 +83,8 @@ describe('faults on real nodes', () => {
         LockUnavailableError,
       );
       const elapsed = performance.now() - started;
-      expect(elapsed).toBeGreaterThanOrEqual(99);
-      expect(elapsed).toBeLessThan(400);
+      expect(elapsed).toBeGreaterThanOrEqual(499);
+      expect(elapsed).toBeLessThan(1500);
     } finally {
       await Promise.all([redis.nodes[0].resume(), redis.nodes[1].resume()]);
       await small.close();

@@ -1,0 +1,363 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { FlashSaleStore } from '../store/flash-sale.store.js';
+import { startFleet, stopFleet, type AppInstance } from './fleet.js';
+import { runLoad, type LoadResult } from './load.js';
+import { bar, count, ms, table, type Output } from './output.js';
+import type { ProcessRegistry } from './processes.js';
+import { findRedisServer, startRedisNodes } from './redis-nodes.js';
+import { runZombie, type Reply, type ZombieResult } from './zombie.js';
+
+export const PRODUCT = { id: 1, name: 'Limited sneakers' } as const;
+
+export interface DemoSettings {
+  /** Purchase requests per run. */
+  readonly requests: number;
+  /** Requests in flight at once, over all instances. */
+  readonly concurrency: number;
+  readonly instances: number;
+  readonly redisNodes: number;
+  readonly stock: number;
+  /** Latency of the payment step at checkout. */
+  readonly paymentMs: number;
+  /** Lease of the order lock in the zombie scenario: short, so it runs out quickly. */
+  readonly orderLockTtlMs: number;
+  /** Latency of paying an order: the window in which the zombie is frozen. */
+  readonly orderPaymentMs: number;
+}
+
+export const DEMO_DEFAULTS: DemoSettings = Object.freeze({
+  requests: 2000,
+  concurrency: 200,
+  instances: 5,
+  redisNodes: 3,
+  stock: 10,
+  paymentMs: 5,
+  orderLockTtlMs: 300,
+  orderPaymentMs: 100,
+});
+
+export interface DemoOptions extends DemoSettings {
+  /** The compiled app; default: `sample/dist/flash-sale/main.js` of this repository. */
+  readonly appEntry?: string;
+  /** Where the database, the logs and the Redis data go. */
+  readonly workDir: string;
+  /** Tracks every process started, so the caller can stop them all, also on Ctrl-C. */
+  readonly registry: ProcessRegistry;
+  readonly out: Output;
+}
+
+export interface RunSummary {
+  readonly mode: 'unlocked' | 'locked';
+  readonly requests: number;
+  readonly stock: number;
+  /** Paid orders in the database. */
+  readonly sold: number;
+  readonly stockLeft: number;
+  /** Units sold beyond the stock. */
+  readonly oversold: number;
+  /** Answered 409: the item was held by another buyer's checkout. */
+  readonly busy: number;
+  /** Answered 410. */
+  readonly soldOut: number;
+  /** Writes refused by their fencing token (recorded in the database). */
+  readonly fencingRejections: number;
+  readonly errors: number;
+  readonly latencyMs: LoadResult['latencyMs'];
+  readonly durationMs: number;
+  readonly errorSamples: readonly string[];
+}
+
+export interface Check {
+  readonly name: string;
+  readonly ok: boolean;
+  /** Required checks decide the exit code; the others are reported. */
+  readonly required: boolean;
+}
+
+export interface DemoSummary {
+  readonly ok: boolean;
+  readonly checks: readonly Check[];
+  readonly settings: DemoSettings;
+  readonly runs: { readonly unlocked: RunSummary; readonly locked: RunSummary };
+  readonly zombie: ZombieResult;
+  readonly durationMs: number;
+}
+
+/**
+ * The whole demo: 3 Redis nodes, one SQLite file, 5 app instances; the
+ * flash sale without a lock, then with it; then the zombie. Stops the app
+ * instances it is done with; the caller stops the rest through the registry.
+ */
+export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
+  const { out, registry, workDir } = options;
+  const started = performance.now();
+  const entry = options.appEntry ?? defaultAppEntry();
+  findRedisServer(); // says how to install it, before anything starts
+  if (!existsSync(entry)) {
+    throw new Error(
+      `${entry} does not exist: build the sample first (npm run build && npm run build:sample).`,
+    );
+  }
+
+  out.line(
+    out.bold(
+      `Flash sale: ${count(options.stock)} × ${PRODUCT.name}, ${count(options.requests)} buyers, ` +
+        `${options.instances} app instances, ${options.redisNodes} Redis nodes`,
+    ),
+  );
+  out.line();
+  const nodes = await startRedisNodes(options.redisNodes, workDir, registry);
+  out.line(
+    '  ' +
+      out.ok(
+        `${nodes.length} Redis nodes (AOF, appendfsync always): ${nodes.map((n) => n.url.replace('redis://', '')).join(', ')}`,
+      ),
+  );
+  const dbFile = join(workDir, 'flash-sale.sqlite');
+  const store = FlashSaleStore.open(dbFile);
+  out.line('  ' + out.ok(`SQLite store shared by every instance (WAL, busy_timeout): ${dbFile}`));
+
+  const env = {
+    LOCK_NODES: nodes.map((n) => n.url).join(','),
+    DB_FILE: dbFile,
+    PAYMENT_MS: String(options.paymentMs),
+    ORDER_LOCK_TTL_MS: String(options.orderLockTtlMs),
+    ORDER_PAYMENT_MS: String(options.orderPaymentMs),
+  };
+  const fleet = (locks: 'on' | 'off') =>
+    startFleet(
+      {
+        count: options.instances,
+        entry,
+        env: { ...env, LOCKS: locks },
+        logDir: workDir,
+        label: locks === 'on' ? 'locked' : 'unlocked',
+      },
+      registry,
+    );
+
+  try {
+    out.line();
+    out.line(out.bold('1/3  Without a lock (LOCKS=off)'));
+    const unlockedFleet = await timed(out, `${options.instances} instances up`, () => fleet('off'));
+    const unlocked = await flashSale('unlocked', unlockedFleet, store, options);
+
+    out.line();
+    out.line(out.bold(`2/3  With @Locked('product:<0>') (LOCKS=on)`));
+    const [lockedFleet] = await Promise.all([
+      timed(out, `${options.instances} instances up`, () => fleet('on')),
+      stopFleet(unlockedFleet),
+    ]);
+    const locked = await flashSale('locked', lockedFleet, store, options);
+
+    out.line();
+    printResults(out, unlocked, locked);
+
+    out.line();
+    out.line(out.bold('3/3  The zombie: a paused instance writes after its lease ran out'));
+    const n = lockedFleet.length;
+    const zombie = await runZombie({
+      zombie: lockedFleet[1 % n],
+      takeover: lockedFleet[(1 + Math.max(1, Math.floor(n / 2))) % n],
+      store,
+      productId: PRODUCT.id,
+      leaseMs: options.orderLockTtlMs,
+    });
+    printZombie(out, zombie);
+
+    const checks: Check[] = [
+      {
+        name: `with the lock: 0 oversold (${locked.sold} sold, ${locked.stockLeft} left)`,
+        ok: locked.oversold === 0,
+        required: true,
+      },
+      {
+        name: 'with the lock: every unit is either sold or in stock',
+        ok: locked.sold > 0 && locked.sold + locked.stockLeft === options.stock,
+        required: true,
+      },
+      {
+        name:
+          zombie.zombieToken !== undefined && zombie.takeoverToken !== undefined
+            ? `the zombie's late write was refused by its fencing token (${zombie.zombieToken} < ${zombie.takeoverToken})`
+            : "the zombie's late write was refused by its fencing token",
+        ok: zombie.ok,
+        required: true,
+      },
+      {
+        name:
+          unlocked.oversold > 0
+            ? `without the lock: ${count(unlocked.oversold)} oversold, the race the lock prevents`
+            : 'without the lock the race was not provoked this time (0 oversold); try more --concurrency',
+        ok: unlocked.oversold > 0,
+        required: false,
+      },
+    ];
+    const ok = checks.every((check) => check.ok || !check.required);
+    out.line();
+    out.line(out.bold('Result'));
+    for (const check of checks) {
+      out.line(
+        `  ${check.ok ? out.ok(check.name) : check.required ? out.fail(check.name) : out.note(check.name)}`,
+      );
+    }
+    return {
+      ok,
+      checks,
+      settings: pickSettings(options),
+      runs: { unlocked, locked },
+      zombie,
+      durationMs: Math.round(performance.now() - started),
+    };
+  } finally {
+    store.close();
+  }
+}
+
+async function flashSale(
+  mode: 'unlocked' | 'locked',
+  fleet: readonly AppInstance[],
+  store: FlashSaleStore,
+  options: DemoOptions,
+): Promise<RunSummary> {
+  const { out } = options;
+  store.restock(PRODUCT.id, PRODUCT.name, options.stock);
+  const load = await runLoad({
+    targets: fleet.map((app) => app.url),
+    path: `/products/${PRODUCT.id}/purchase`,
+    requests: options.requests,
+    concurrency: options.concurrency,
+    onProgress: (c) =>
+      out.progress(
+        `  ${bar(c.done, options.requests)} ${count(c.done)}/${count(options.requests)}  ` +
+          `sold ${c.sold}  busy ${c.busy}  sold out ${c.soldOut}  errors ${c.errors}`,
+      ),
+  });
+  const audit = store.audit(PRODUCT.id);
+  out.line(
+    '  ' +
+      (load.errors === 0 ? out.ok : out.fail).call(
+        out,
+        `${count(load.requests)} purchases in ${ms(load.durationMs)}: ${count(load.sold)} sold, ` +
+          `${count(load.busy)} busy, ${count(load.soldOut)} sold out, ${count(load.errors)} errors`,
+      ),
+  );
+  for (const sample of load.errorSamples) out.line(`    ${out.dim(sample)}`);
+  return {
+    mode,
+    requests: load.requests,
+    stock: options.stock,
+    sold: audit.sold,
+    stockLeft: audit.stock,
+    oversold: Math.max(0, audit.sold - options.stock),
+    busy: load.busy,
+    soldOut: load.soldOut,
+    fencingRejections: audit.rejectedWrites,
+    errors: load.errors,
+    latencyMs: load.latencyMs,
+    durationMs: load.durationMs,
+    errorSamples: load.errorSamples,
+  };
+}
+
+function printResults(out: Output, unlocked: RunSummary, locked: RunSummary): void {
+  const row = (label: string, pick: (run: RunSummary) => string) => [
+    label,
+    pick(unlocked),
+    pick(locked),
+  ];
+  const lines = table([
+    ['', 'without lock', 'with lock'],
+    row('requests', (r) => count(r.requests)),
+    row('sold', (r) => count(r.sold)),
+    row('stock left', (r) => count(r.stockLeft)),
+    row('oversold', (r) => count(r.oversold)),
+    row('answered 409 (busy)', (r) => count(r.busy)),
+    row('answered 410 (sold out)', (r) => count(r.soldOut)),
+    row('fencing rejections', (r) => count(r.fencingRejections)),
+    row('errors', (r) => count(r.errors)),
+    row('latency p50', (r) => ms(r.latencyMs.p50)),
+    row('latency p95', (r) => ms(r.latencyMs.p95)),
+    row('latency p99', (r) => ms(r.latencyMs.p99)),
+    row('wall time', (r) => ms(r.durationMs)),
+  ]);
+  out.line(out.bold(lines[0]));
+  for (const line of lines.slice(1)) out.line(line);
+}
+
+function printZombie(out: Output, z: ZombieResult): void {
+  const say = (text: string) => out.line(`  ${text}`);
+  say(
+    `${z.zombie} takes the lock on order ${z.orderId} (fencing token ${z.zombieToken}) and starts charging the card.`,
+  );
+  if (z.pausedMs === undefined) {
+    say(out.fail(z.problem ?? 'the scenario did not run'));
+    return;
+  }
+  say(`${z.zombie} freezes (SIGSTOP); its ${z.leaseMs} ms lease runs out in Redis.`);
+  if (z.takeoverAnswer?.status === 200) {
+    say(
+      `${z.takeover} waits for the lock, gets it with token ${z.takeoverToken}, charges and marks the order paid ` +
+        `(${ms(z.takeoverMs ?? 0)}).`,
+    );
+  } else {
+    say(out.fail(`${z.takeover} answered ${describeReply(z.takeoverAnswer)}`));
+  }
+  say(
+    `${z.zombie} thaws (SIGCONT) after ${ms(z.pausedMs)} and writes with its token ${z.zombieToken}.`,
+  );
+  const answer = z.zombieAnswer;
+  if (answer?.status === 409 && answer.code === 'STALE_TOKEN') {
+    say(
+      `The database refuses it (last token ${answer.lastToken} > ${answer.token}): ` +
+        `${z.zombie} answers 409 STALE_TOKEN.`,
+    );
+  } else {
+    say(`${z.zombie} answers ${describeReply(answer)}.`);
+  }
+  if (z.order) {
+    say(
+      `Order ${z.orderId}: ${z.order.status}, by ${z.order.paidBy}, with token ${z.order.lastToken}; ` +
+        `${z.rejectedWrites} refused write${z.rejectedWrites === 1 ? '' : 's'} recorded.`,
+    );
+  }
+  if (!z.ok && z.problem) say(out.fail(z.problem));
+}
+
+function describeReply(reply: Reply | undefined): string {
+  if (!reply) return 'nothing';
+  return [reply.status, reply.code, reply.message].filter((part) => part !== undefined).join(' ');
+}
+
+async function timed<T>(out: Output, what: string, task: () => Promise<T>): Promise<T> {
+  const started = performance.now();
+  const result = await task();
+  out.line(`  ${out.ok(`${what} in ${ms(performance.now() - started)}`)}`);
+  return result;
+}
+
+function pickSettings(options: DemoSettings): DemoSettings {
+  const settings = {} as Record<string, unknown>;
+  for (const key of Object.keys(DEMO_DEFAULTS)) settings[key] = options[key as keyof DemoSettings];
+  return settings as unknown as DemoSettings;
+}
+
+/** `sample/dist/flash-sale/main.js` of the repository this file is in (compiled or not). */
+export function defaultAppEntry(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    const manifest = join(dir, 'package.json');
+    if (
+      existsSync(manifest) &&
+      (JSON.parse(readFileSync(manifest, 'utf8')) as { name?: string }).name === 'nestjs-redis-lock'
+    ) {
+      return join(dir, 'sample', 'dist', 'flash-sale', 'main.js');
+    }
+    const parent = dirname(dir);
+    if (parent === dir)
+      throw new Error('cannot find the repository root (package.json of nestjs-redis-lock)');
+    dir = parent;
+  }
+}

@@ -1,0 +1,131 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { execFile } from 'node:child_process';
+import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { DEMO_DEFAULTS, runDemo, type DemoSummary } from '../../sample/flash-sale/demo/demo.js';
+import { Output } from '../../sample/flash-sale/demo/output.js';
+import { ProcessRegistry } from '../../sample/flash-sale/demo/processes.js';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+/**
+ * Compiles lib/ and the sample with tsc (esbuild would drop the decorator
+ * metadata Nest injects by) into `dir`, beside a package.json named
+ * nestjs-redis-lock, so the sample's `import ... from 'nestjs-redis-lock'`
+ * resolves to the lib/ under test. dist/ and sample/dist/ are left alone.
+ */
+async function buildSample(dir: string): Promise<string> {
+  const out = join(dir, 'build');
+  await mkdir(out, { recursive: true });
+  await writeFile(
+    join(out, 'package.json'),
+    JSON.stringify({
+      name: 'nestjs-redis-lock',
+      type: 'module',
+      exports: { '.': './lib/index.js' },
+    }),
+  );
+  await symlink(join(ROOT, 'node_modules'), join(out, 'node_modules'), 'dir');
+  const tsconfig = join(dir, 'tsconfig.json');
+  await writeFile(
+    tsconfig,
+    JSON.stringify({
+      extends: join(ROOT, 'tsconfig.json'),
+      compilerOptions: {
+        noEmit: false,
+        declaration: false,
+        sourceMap: false,
+        rootDir: ROOT,
+        outDir: out,
+        typeRoots: [join(ROOT, 'node_modules/@types')],
+        paths: { 'nestjs-redis-lock': [join(ROOT, 'lib/index.ts')] },
+      },
+      include: [],
+      files: [join(ROOT, 'sample/flash-sale/main.ts')],
+    }),
+  );
+  try {
+    await promisify(execFile)(
+      process.execPath,
+      [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', tsconfig],
+      { cwd: ROOT },
+    );
+  } catch (error) {
+    const { stdout, stderr } = error as { stdout?: string; stderr?: string };
+    throw new Error(`tsc could not build the sample:\n${stdout ?? ''}${stderr ?? ''}`);
+  }
+  return join(out, 'sample/flash-sale/main.js');
+}
+
+describe('the flash-sale demo (npm run demo, smaller)', () => {
+  const registry = new ProcessRegistry();
+  const settings = { ...DEMO_DEFAULTS, requests: 600, concurrency: 150 };
+  let workDir: string;
+  let summary: DemoSummary;
+
+  beforeAll(async () => {
+    workDir = await mkdtemp(join(tmpdir(), 'flash-sale-spec-'));
+    const appEntry = await buildSample(workDir);
+    summary = await runDemo({ ...settings, appEntry, workDir, registry, out: Output.silent() });
+  }, 90_000);
+
+  afterAll(async () => {
+    await registry.stopAll();
+    if (workDir) await rm(workDir, { recursive: true, force: true });
+  });
+
+  it('oversells without a lock: five instances sell the same units', () => {
+    const { unlocked } = summary.runs;
+    if (unlocked.oversold === 0) {
+      throw new Error(
+        `The race was not provoked: without a lock ${unlocked.sold} of ${unlocked.stock} units were sold ` +
+          `(${unlocked.requests} requests, ${settings.concurrency} in flight), so this run shows nothing about the lock.`,
+      );
+    }
+    expect(unlocked.sold).toBeGreaterThan(unlocked.stock);
+    expect(unlocked.errors).toBe(0);
+  });
+
+  it('never sells more than the stock with @Locked(): 0 oversold, every unit sold or in stock', () => {
+    const { locked } = summary.runs;
+    expect(locked).toMatchObject({ oversold: 0, errors: 0 });
+    expect(locked.sold).toBeGreaterThan(0);
+    expect(locked.sold + locked.stockLeft).toBe(settings.stock);
+  });
+
+  it("refuses the zombie's late write by its fencing token, and the order is paid once", () => {
+    const { zombie } = summary;
+    expect(zombie.problem).toBeUndefined();
+    expect(zombie.ok).toBe(true);
+    expect(zombie.takeoverToken).toBeGreaterThan(zombie.zombieToken!);
+    expect(zombie.pausedMs).toBeGreaterThan(zombie.leaseMs);
+    expect(zombie.zombieAnswer).toMatchObject({
+      status: 409,
+      code: 'STALE_TOKEN',
+      token: zombie.zombieToken,
+      lastToken: zombie.takeoverToken,
+    });
+    expect(zombie.order).toMatchObject({
+      status: 'paid',
+      paidBy: zombie.takeover,
+      lastToken: zombie.takeoverToken,
+    });
+    expect(zombie.rejectedWrites).toBe(1);
+  });
+
+  it('reports success, which is what makes the demo exit 0', () => {
+    expect(summary.checks.filter((check) => !check.ok)).toEqual([]);
+    expect(summary.ok).toBe(true);
+  });
+
+  it('stops every process it started', async () => {
+    const pids = registry.list().map((p) => p.pid!);
+    expect(pids.length).toBeGreaterThan(0); // the Redis nodes and the last instances
+    await registry.stopAll();
+    expect(registry.size).toBe(0);
+    for (const pid of pids) expect(() => process.kill(pid, 0)).toThrow(/ESRCH/);
+  });
+});
