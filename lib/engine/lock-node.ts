@@ -70,6 +70,7 @@ export class LockNode {
         if (isRefusal(error)) done(false);
       };
       const timer = setTimeout(() => done(client.status === 'ready'), timeoutMs);
+      timer.unref();
       client.on('ready', onReady);
       client.on('error', onError);
     });

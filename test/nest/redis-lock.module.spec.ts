@@ -120,13 +120,13 @@ describe('RedisLockModule', () => {
   it('without isGlobal, LockService is only injectable where the module is imported', async () => {
     @Module({ providers: [OrdersService] })
     class OrdersModule {}
+    // A failed compile runs no shutdown hook, so the nodes are clients this test owns and closes.
+    const own = redis.nodes.map((n) => new Redis(n.url));
     const builder = Test.createTestingModule({
-      imports: [
-        RedisLockModule.forRoot({ nodes: nodeUrls(), logger: quietLogger() }),
-        OrdersModule,
-      ],
+      imports: [RedisLockModule.forRoot({ nodes: own, logger: quietLogger() }), OrdersModule],
     });
     await expect(builder.compile()).rejects.toThrow(/LockService/);
+    await Promise.all(own.map((c) => c.quit()));
 
     @Module({
       imports: [RedisLockModule.forRoot({ nodes: nodeUrls(), logger: quietLogger() })],

@@ -4,7 +4,10 @@
  * No timing guesses: every step is an awaited event.
  */
 export class Latches {
-  private readonly gates = new Map<string, { entered: Deferred<void>; open: Deferred<void>; count: number }>();
+  private readonly gates = new Map<
+    string,
+    { entered: Deferred<void>; open: Deferred<void>; count: number }
+  >();
   /** Names in the order handlers entered them. */
   readonly log: string[] = [];
 

@@ -1,0 +1,102 @@
+import { Redis, type RedisOptions } from 'ioredis';
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+
+/**
+ * `try`: one attempt, no retries (the uncontended cycle).
+ * `wait`: wait for a busy lock with the library's own retry (the hand-off).
+ */
+export type AcquireMode = 'try' | 'wait';
+
+/** One library's lock cycle on one set of nodes, with clients of its own. */
+export interface ContenderSession<H = unknown> {
+  /** Takes the lock on `key`; rejects when it cannot be had (after retries in `wait` mode). */
+  acquire(key: string): Promise<H>;
+  release(handle: H, key: string): Promise<unknown>;
+  /** Closes the clients this session opened. */
+  close(): Promise<void>;
+}
+
+export interface OpenOptions {
+  readonly mode: AcquireMode;
+  /** Lease in ms. */
+  readonly ttl: number;
+}
+
+/** A library (or a raw floor) as the bench drives it. */
+export interface Contender {
+  /** Stable id, used in the JSON results and the chart legend. */
+  readonly id: string;
+  /** Name in the tables. */
+  readonly label: string;
+  readonly kind: 'ours' | 'peer' | 'floor';
+  /** Supports `wait` mode (retries until the lock is free). */
+  readonly canWait: boolean;
+  /** How it was set up, for the notes under the tables. */
+  readonly settings: string;
+  open(urls: readonly string[], options: OpenOptions): Promise<ContenderSession>;
+}
+
+const require = createRequire(import.meta.url);
+
+/**
+ * The installed version of a package, read from its package.json on disk
+ * (some packages' "exports" do not expose it to require).
+ */
+export function versionOf(name: string): string {
+  for (const dir of require.resolve.paths(name) ?? []) {
+    try {
+      const { version } = JSON.parse(readFileSync(join(dir, name, 'package.json'), 'utf8')) as {
+        version: string;
+      };
+      return String(version).replace(/^v/, '');
+    } catch {
+      // not in this node_modules
+    }
+  }
+  return '?';
+}
+
+/**
+ * Fresh, connected ioredis clients, one per node. Plain defaults except
+ * `enableAutoPipelining` where asked: the settings a user of that library
+ * would pass.
+ */
+export async function openClients(
+  urls: readonly string[],
+  options: { autoPipelining: boolean },
+): Promise<Redis[]> {
+  const clientOptions: RedisOptions = {
+    lazyConnect: true,
+    enableAutoPipelining: options.autoPipelining,
+  };
+  const clients = urls.map((url) => {
+    const client = new Redis(url, clientOptions);
+    // Failures surface as rejected commands; without a listener ioredis also prints each one.
+    client.on('error', () => undefined);
+    return client;
+  });
+  try {
+    await Promise.all(clients.map((client) => client.connect()));
+  } catch (error) {
+    closeClients(clients).catch(() => undefined);
+    throw error;
+  }
+  return clients;
+}
+
+export async function closeClients(clients: readonly Redis[]): Promise<void> {
+  await Promise.all(
+    clients.map((client) =>
+      client.status === 'ready'
+        ? client.quit().then(
+            () => undefined,
+            () => client.disconnect(),
+          )
+        : client.disconnect(),
+    ),
+  );
+}
+
+export const AUTO_PIPELINING_SUFFIX = ' +AP';

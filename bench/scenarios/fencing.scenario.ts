@@ -1,0 +1,95 @@
+import { OURS, OURS_NO_FENCING } from '../contenders/index.js';
+import type { BenchContext } from '../support/bench-context.js';
+import { formatMs, formatRate, formatRatio } from '../support/format.js';
+import type { ReportTable, Scenario, ScenarioResult } from './scenario.js';
+import {
+  FLOORS_KEY,
+  measureUncontended,
+  spread,
+  type Floors,
+  type UncontendedRow,
+} from './uncontended.scenario.js';
+
+export const fencingScenario: Scenario = {
+  number: 3,
+  id: 'fencing',
+  title: 'Fencing tokens on vs off (our engine)',
+  description:
+    'The uncontended loop of scenario 1 (same rounds) with two engines per node count, interleaved: fencing on (the default: ' +
+    'the acquire script also INCRs a fence counter per resource) and `fencing: false`.',
+  defaultNodes: [1, 3, 5],
+  async run(context: BenchContext): Promise<ScenarioResult> {
+    const rows: { nodes: number; on: UncontendedRow; off: UncontendedRow }[] = [];
+    for (const count of context.nodeCounts(this.defaultNodes)) {
+      const [on, off] = await measureUncontended(context, [OURS, OURS_NO_FENCING], count);
+      rows.push({ nodes: count, on, off });
+    }
+    const floors = context.shared.get(FLOORS_KEY) as Floors | undefined;
+    const table: ReportTable = {
+      title: 'Our engine, fencing on vs off',
+      headers: [
+        'nodes',
+        'fencing',
+        'cycles/s (best round)',
+        'rounds min–max',
+        'acquire p50',
+        'acquire p99',
+        'CPU µs/cycle: client',
+        'redis',
+        'on / off',
+        '× raw floor',
+        '× raw floor +AP',
+      ],
+      align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+      rows: rows.flatMap(({ nodes, on, off }) =>
+        [
+          ['on (default)', on],
+          ['off', off],
+        ].map(([name, row]) => {
+          const r = row as UncontendedRow;
+          const floor = floors?.get(nodes);
+          if (r.error)
+            return [
+              String(nodes),
+              name as string,
+              `failed: ${r.error}`,
+              '',
+              '',
+              '',
+              '',
+              '',
+              '',
+              '',
+              '',
+            ];
+          return [
+            String(nodes),
+            name as string,
+            formatRate(r.rate),
+            spread(r.rates),
+            formatMs(r.latency.p50),
+            formatMs(r.latency.p99),
+            r.clientCpu.toFixed(1),
+            r.redisCpu.toFixed(1),
+            row === on ? formatRatio(r.rate, off.error ? undefined : off.rate) : '',
+            formatRatio(r.rate, floor?.raw),
+            formatRatio(r.rate, floor?.rawAp),
+          ];
+        }),
+      ),
+      notes: [
+        'Floors are those of scenario 1 in the same run ("–" when scenario 1 was not run).',
+        'Fencing adds no round trip in the common case (all granting nodes return the same counter); it adds an INCR inside the acquire script and one persistent counter key per resource (see scenario 5).',
+      ],
+    };
+    return {
+      tables: [table],
+      charts: [],
+      data: rows.map(({ nodes, on, off }) => ({
+        nodes,
+        on: { ...on, contender: on.contender.id },
+        off: { ...off, contender: off.contender.id },
+      })),
+    };
+  },
+};

@@ -1,0 +1,83 @@
+/**
+ * Our engine as it ships: lib/engine compiled to JavaScript with the build's
+ * compiler options, into bench/results/tmp/engine (git-ignored).
+ *
+ * Loading lib/engine/*.ts through tsx instead would put a handicap on our
+ * side only: tsx compiles with esbuild's keepNames, which wraps every closure
+ * the engine creates per lock cycle in a `__name()` call (about 1-2 µs of
+ * CPU per cycle here), while the peers run their published JavaScript.
+ */
+import { once } from 'node:events';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { Worker } from 'node:worker_threads';
+
+export type EngineModule = typeof import('../../lib/engine/index.js');
+
+const here = dirname(fileURLToPath(import.meta.url));
+const ROOT = join(here, '..', '..');
+const OUT = join(here, '..', 'results', 'tmp', 'engine');
+
+let loaded: Promise<{ engine: EngineModule; how: string }> | undefined;
+
+/**
+ * Transpiles every lib/engine/*.ts with tsconfig.build.json's options (as
+ * ES modules, which the package is). Runs in a worker thread so that the
+ * TypeScript compiler never sits in the heap that scenario 5 measures.
+ */
+const COMPILER = `
+const { workerData } = require('node:worker_threads');
+const fs = require('node:fs');
+const path = require('node:path');
+const ts = require(workerData.typescript);
+const parsed = ts.getParsedCommandLineOfConfigFile(workerData.tsconfig, {}, {
+  ...ts.sys,
+  onUnRecoverableConfigFileDiagnostic: (d) => { throw new Error(ts.flattenDiagnosticMessageText(d.messageText, '\\n')); },
+});
+const compilerOptions = { ...parsed.options, module: ts.ModuleKind.ESNext, sourceMap: false, declaration: false, declarationMap: false };
+fs.rmSync(workerData.out, { recursive: true, force: true });
+fs.mkdirSync(workerData.out, { recursive: true });
+for (const file of fs.readdirSync(workerData.source)) {
+  if (!file.endsWith('.ts') || file.endsWith('.spec.ts')) continue;
+  const { outputText } = ts.transpileModule(fs.readFileSync(path.join(workerData.source, file), 'utf8'), { compilerOptions, fileName: file });
+  fs.writeFileSync(path.join(workerData.out, file.replace(/\\.ts$/, '.js')), outputText);
+}
+`;
+
+async function compile(): Promise<void> {
+  const worker = new Worker(COMPILER, {
+    eval: true,
+    execArgv: [],
+    workerData: {
+      typescript: createRequire(import.meta.url).resolve('typescript'),
+      tsconfig: join(ROOT, 'tsconfig.build.json'),
+      source: join(ROOT, 'lib', 'engine'),
+      out: OUT,
+    },
+  });
+  // once() rejects if the worker emits 'error' (an exception in the compiler script).
+  const [code] = (await once(worker, 'exit')) as [number];
+  if (code !== 0) throw new Error(`the compiler worker exited with code ${code}`);
+}
+
+/** The compiled engine, built once per run; the TypeScript source through tsx if that fails. */
+export function compiledEngine(): Promise<{ engine: EngineModule; how: string }> {
+  loaded ??= (async () => {
+    try {
+      await compile();
+      const engine = (await import(pathToFileURL(join(OUT, 'index.js')).href)) as EngineModule;
+      return {
+        engine,
+        how: 'lib/engine compiled to JavaScript (tsconfig.build.json options) at start-up',
+      };
+    } catch (error) {
+      const engine = await import('../../lib/engine/index.js');
+      return {
+        engine,
+        how: `lib/engine TypeScript through tsx (compiling it failed: ${(error as Error).message}); our figures carry tsx's per-closure overhead`,
+      };
+    }
+  })();
+  return loaded;
+}

@@ -1,0 +1,88 @@
+import { readFileSync } from 'node:fs';
+
+/**
+ * Where the machine's CPU time went during a run: this process, the bench's
+ * redis-servers, and everything else. "Everything else" is what makes two
+ * runs of the same bench differ; the report prints it.
+ */
+export interface CpuShares {
+  readonly seconds: number;
+  /** Average cores busy, by whom. */
+  readonly bench: number;
+  readonly redis: number;
+  readonly others: number;
+  readonly cores: number;
+}
+
+const TICKS_PER_SECOND = 100; // USER_HZ on Linux
+
+function busyTicks(): { busy: number; total: number } | undefined {
+  try {
+    const fields = readFileSync('/proc/stat', 'utf8')
+      .split('\n')[0]
+      .trim()
+      .split(/\s+/)
+      .slice(1)
+      .map(Number);
+    const total = fields.slice(0, 8).reduce((a, b) => a + b, 0);
+    const idle = fields[3] + fields[4];
+    return { busy: total - idle, total };
+  } catch {
+    return undefined;
+  }
+}
+
+function processTicks(pid: number | undefined): number {
+  if (pid === undefined) return 0;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+      .replace(/^.*\) /s, '')
+      .split(' ');
+    // After the command name: state is field 0, utime field 11, stime field 12.
+    return Number(stat[11]) + Number(stat[12]);
+  } catch {
+    return 0;
+  }
+}
+
+export class CpuAccount {
+  private readonly start = performance.now();
+  private readonly machine = busyTicks();
+  private readonly own = process.cpuUsage();
+  private readonly redis: number;
+
+  constructor(private readonly redisPids: () => readonly (number | undefined)[]) {
+    this.redis = this.redisTicks();
+  }
+
+  private redisTicks(): number {
+    return this.redisPids().reduce<number>((sum, pid) => sum + processTicks(pid), 0);
+  }
+
+  /** Shares since construction; undefined where /proc is not there. */
+  shares(): CpuShares | undefined {
+    const now = busyTicks();
+    if (!this.machine || !now) return undefined;
+    const seconds = (performance.now() - this.start) / 1000;
+    const cores = (now.total - this.machine.total) / TICKS_PER_SECOND / seconds;
+    const busy = (now.busy - this.machine.busy) / TICKS_PER_SECOND;
+    const own = process.cpuUsage(this.own);
+    const bench = (own.user + own.system) / 1e6;
+    const redis = (this.redisTicks() - this.redis) / TICKS_PER_SECOND;
+    return {
+      seconds,
+      cores,
+      bench: bench / seconds,
+      redis: redis / seconds,
+      others: Math.max(0, busy - bench - redis) / seconds,
+    };
+  }
+}
+
+export function describeCpu(shares: CpuShares): string {
+  const c = (v: number) => v.toFixed(2);
+  return (
+    `CPU over ${Math.round(shares.seconds)} s (in cores of ${Math.round(shares.cores)}): bench process ${c(shares.bench)}, ` +
+    `its redis-servers ${c(shares.redis)}, other processes ${c(shares.others)}`
+  );
+}

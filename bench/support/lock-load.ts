@@ -1,0 +1,174 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { ContenderSession } from '../contenders/contender.js';
+import { jainIndex, LatencyRecorder, type LatencySummary } from './latency.js';
+
+export interface ThroughputResult {
+  readonly cycles: number;
+  readonly seconds: number;
+  /** Completed acquire+release cycles per second in the measured window. */
+  readonly rate: number;
+  /** Cycles completed in the whole run, warm-up included. */
+  readonly allCycles: number;
+  readonly errors: number;
+  readonly firstError: string | undefined;
+}
+
+/**
+ * Closed loop, no contention: `concurrency` callers, each acquiring a fresh
+ * key and releasing it, again and again. Cycles that end inside the measured
+ * window (after the warm-up) count; their acquire latency goes to `latency`.
+ */
+export async function uncontendedLoad(
+  session: ContenderSession,
+  options: {
+    concurrency: number;
+    warmupMs: number;
+    measureMs: number;
+    keyPrefix: string;
+    latency?: LatencyRecorder;
+  },
+): Promise<ThroughputResult> {
+  const latency = options.latency ?? new LatencyRecorder();
+  const start = performance.now();
+  const measureFrom = start + options.warmupMs;
+  const measureTo = measureFrom + options.measureMs;
+  let cycles = 0;
+  let allCycles = 0;
+  let errors = 0;
+  let firstError: string | undefined;
+  const worker = async (w: number) => {
+    for (let i = 0; ; i++) {
+      const key = `${options.keyPrefix}:${w}:${i}`;
+      const t0 = performance.now();
+      if (t0 >= measureTo) return;
+      try {
+        const handle = await session.acquire(key);
+        const t1 = performance.now();
+        await session.release(handle, key);
+        const t2 = performance.now();
+        allCycles++;
+        if (t2 >= measureFrom && t2 < measureTo) {
+          cycles++;
+          latency.record(t1 - t0);
+        }
+      } catch (error) {
+        errors++;
+        firstError ??= (error as Error).message;
+        if (errors > 1000) throw error;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: options.concurrency }, (_, w) => worker(w)));
+  const seconds = options.measureMs / 1000;
+  return { cycles, seconds, rate: cycles / seconds, allCycles, errors, firstError };
+}
+
+/** Runs `total` acquire+release cycles on fresh keys, calling `checkpoint` at the given counts. */
+export async function countedLoad(
+  session: ContenderSession,
+  options: {
+    concurrency: number;
+    total: number;
+    keyPrefix: string;
+    checkpoints: readonly number[];
+    checkpoint: (done: number) => Promise<void>;
+  },
+): Promise<void> {
+  let issued = 0;
+  let done = 0;
+  const marks = [...options.checkpoints].sort((a, b) => a - b);
+  let pause: Promise<void> | undefined;
+  const worker = async () => {
+    while (issued < options.total) {
+      if (pause) await pause;
+      const i = issued++;
+      const key = `${options.keyPrefix}:${i}`;
+      await session.release(await session.acquire(key), key);
+      done++;
+      if (marks.length > 0 && done >= marks[0] && !pause) {
+        const mark = marks.shift() as number;
+        pause = options.checkpoint(mark).finally(() => (pause = undefined));
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: options.concurrency }, worker));
+  if (pause) await pause;
+}
+
+export interface HandoffResult {
+  readonly grants: number;
+  readonly seconds: number;
+  readonly rate: number;
+  /** Time from asking to getting the lock. */
+  readonly wait: LatencySummary;
+  readonly perWorker: readonly number[];
+  readonly fairness: number;
+  /** Failed acquisitions (retry budget or deadline ran out). */
+  readonly failures: number;
+  readonly firstFailure: string | undefined;
+  /** Grants while another worker of this run still held the lock: must be 0. */
+  readonly overlaps: number;
+}
+
+/**
+ * Hand-off on one hot key: each worker asks (waiting with the library's
+ * retry), holds for `holdMs`, releases, works `workMs` unlocked, asks again.
+ */
+export async function handoffLoad(
+  session: ContenderSession,
+  options: {
+    workers: number;
+    holdMs: number;
+    workMs: number;
+    warmupMs: number;
+    measureMs: number;
+    key: string;
+  },
+): Promise<HandoffResult> {
+  const wait = new LatencyRecorder();
+  const perWorker = new Array<number>(options.workers).fill(0);
+  const start = performance.now();
+  const measureFrom = start + options.warmupMs;
+  const measureTo = measureFrom + options.measureMs;
+  let holders = 0;
+  let overlaps = 0;
+  let failures = 0;
+  let firstFailure: string | undefined;
+  const worker = async (w: number) => {
+    while (performance.now() < measureTo) {
+      const t0 = performance.now();
+      let handle: unknown;
+      try {
+        handle = await session.acquire(options.key);
+      } catch (error) {
+        failures++;
+        firstFailure ??= (error as Error).message;
+        continue;
+      }
+      const t1 = performance.now();
+      if (holders++ > 0) overlaps++;
+      await sleep(options.holdMs);
+      holders--;
+      await session.release(handle, options.key);
+      if (t1 >= measureFrom && t1 < measureTo) {
+        perWorker[w]++;
+        wait.record(t1 - t0);
+      }
+      await sleep(options.workMs);
+    }
+  };
+  await Promise.all(Array.from({ length: options.workers }, (_, w) => worker(w)));
+  const grants = perWorker.reduce((a, b) => a + b, 0);
+  const seconds = options.measureMs / 1000;
+  return {
+    grants,
+    seconds,
+    rate: grants / seconds,
+    wait: wait.summary(),
+    perWorker,
+    fairness: jainIndex(perWorker),
+    failures,
+    firstFailure,
+    overlaps,
+  };
+}
