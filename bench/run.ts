@@ -13,6 +13,11 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { cpus, loadavg, release, totalmem, type as osType } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import {
+  startRedisNodes,
+  stopRedisNodes,
+  type RedisNodeProcess,
+} from '../test/support/redis-nodes.js';
 import { engineWarnings, versionOf } from './contenders/index.js';
 import { renderMarkdown, type RunSummary, type ScenarioRun } from './report/markdown-report.js';
 import { renderSvg } from './report/svg-chart.js';
@@ -25,7 +30,6 @@ import { parseBenchArgs, USAGE, type BenchArgs } from './support/bench-args.js';
 import { BenchContext, FULL_TIMING, QUICK_TIMING } from './support/bench-context.js';
 import { compiledEngine } from './support/compiled-engine.js';
 import { CpuAccount, describeCpu } from './support/cpu-account.js';
-import { startRedisNodes, stopRedisNodes, type RedisNodeProcess } from './support/redis-harness.js';
 
 /**
  * The scenarios, run in this order. Scenario 3 reads the floors that

@@ -1,7 +1,7 @@
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
+import type { RedisNodeProcess } from '../../test/support/redis-nodes.js';
 import type { Contender, ContenderSession, OpenOptions } from '../contenders/contender.js';
-import type { RedisNodeProcess } from './redis-harness.js';
 
 /** A full GC: `--expose-gc`'s gc() when given, else the same function switched on at run time. */
 export const forceGc: () => void = (() => {

@@ -6,6 +6,7 @@ import type { LockEvents } from './lock-events.js';
 import {
   LockAbortedError,
   LockBusyError,
+  LockConfigurationError,
   type LockError,
   LockLostError,
   LockOptionsError,
@@ -21,12 +22,24 @@ import {
   type LockEngineOptions,
   type ResolvedEngineOptions,
   type ResolvedRetry,
+  type RetryOptions,
   type UsingOptions,
 } from './lock-options.js';
 import { ACQUIRE, EXTEND, FENCE_WRITEBACK, RELEASE } from './lua-scripts.js';
 import { checkNodes } from './node-checks.js';
 import { quorumRound, roundFailures, type RoundResult } from './quorum-round.js';
+import { ReleaseChannel } from './release-channel.js';
 import { retryDelay } from './retry-delay.js';
+import { WaitQueues, type Ticket } from './wait-queue.js';
+
+/**
+ * Fence counters created with a TTL start at the wall clock in ms times this:
+ * above any token of an earlier counter for the resource as long as it saw
+ * fewer than 1,024 grants per ms of its life, and below 2^53 until 2248.
+ */
+const FENCE_SEED_SCALE = 1024;
+
+const SINGLE_ATTEMPT: RetryOptions = Object.freeze({ attempts: 0 });
 
 /** Longest resource name accepted; longer ones are almost always a key built from the wrong value. */
 export const MAX_RESOURCE_LENGTH = 512;
@@ -36,6 +49,8 @@ type AcquireReply = [granted: 0 | 1, ...rest: number[]];
 interface Request {
   readonly resources: readonly string[];
   readonly keys: readonly string[];
+  /** Names the key set in this process's wait queues. */
+  readonly queueId: string;
   /** Lock keys followed by fence keys when fencing, else the lock keys. */
   readonly scriptKeys: readonly string[];
   readonly ttl: number;
@@ -81,12 +96,22 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   /** floor(n / 2) + 1 */
   readonly quorum: number;
   private closed = false;
+  private readonly queues = new WaitQueues();
+  private readonly retryPolicies = new WeakMap<RetryOptions, ResolvedRetry>();
+  /** Hears releases from other processes; undefined when notifications are off. */
+  private readonly channel: ReleaseChannel | undefined;
+  /** The release script's notify argument. */
+  private readonly notify: '1' | '0';
 
   constructor(options: LockEngineOptions) {
     super();
     this.options = resolveEngineOptions(options);
     this.nodes = this.options.nodes.map((spec) => LockNode.from(spec));
     this.quorum = Math.floor(this.nodes.length / 2) + 1;
+    this.notify = this.options.releaseNotifications ? '1' : '0';
+    if (this.options.releaseNotifications) {
+      this.channel = new ReleaseChannel(this.nodes, (key) => this.queues.released(key));
+    }
   }
 
   /**
@@ -99,7 +124,12 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     await checkNodes(this.nodes, ready, this.quorum, this.options);
   }
 
-  /** Waits for the lock per the retry policy; throws LockTimeoutError when it stays busy. */
+  /**
+   * Waits for the lock per the retry policy; throws LockTimeoutError when it
+   * stays busy. Callers of this process waiting for the same keys queue up
+   * first come first served, and the head tries again as soon as a release
+   * is heard, with the retry delay as a fallback.
+   */
   async acquire(
     resources: string | readonly string[],
     options: AcquireOptions = {},
@@ -107,49 +137,87 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     const request = this.request(resources, options);
     const started = performance.now();
     const deadline = started + request.waitTimeout;
-    for (let attempt = 1; ; attempt++) {
-      let outcome: Lock | Refusal;
-      try {
-        outcome = await this.attempt(request);
-      } catch (error) {
-        throw this.failed(request, attempt, error as LockError);
+    let ticket: Ticket | undefined;
+    let acquired = false;
+    try {
+      if (request.retry.attempts > 0 && this.queues.has(request.queueId)) {
+        // Others of this process already wait for these keys: line up behind them.
+        ticket = await this.lineUp(request);
+        await this.waitTurn(ticket, 0, deadline, request);
       }
-      if (outcome instanceof Lock) {
-        if (this.listenerCount('acquired') > 0) {
-          this.emit('acquired', {
-            lock: outcome,
-            attempts: attempt,
-            waited: performance.now() - started,
+      for (let attempt = 1; ; attempt++) {
+        ticket?.attempting();
+        let outcome: Lock | Refusal;
+        try {
+          outcome = await this.attempt(request);
+        } catch (error) {
+          throw this.failed(request, attempt, error as LockError);
+        }
+        if (outcome instanceof Lock) {
+          acquired = true;
+          if (this.listenerCount('acquired') > 0) {
+            this.emit('acquired', {
+              lock: outcome,
+              attempts: attempt,
+              waited: performance.now() - started,
+            });
+          }
+          return outcome;
+        }
+        const now = performance.now();
+        if (attempt > request.retry.attempts || now >= deadline) {
+          if (!outcome.busy) throw this.failed(request, attempt, outcome.error());
+          const error =
+            attempt === 1
+              ? new LockBusyError(request.resources, outcome.retryAfter)
+              : new LockTimeoutError(request.resources, outcome.retryAfter, attempt, now - started);
+          throw this.failed(request, attempt, error);
+        }
+        if (outcome.busy && this.listenerCount('contended') > 0) {
+          this.emit('contended', {
+            resources: request.resources,
+            attempt,
+            retryAfter: outcome.retryAfter,
           });
         }
-        return outcome;
+        let delay = retryDelay(request.retry, attempt);
+        // A holder that crashed frees the lock when its lease ends; no need to sleep past that.
+        if (outcome.retryAfter !== undefined) delay = Math.min(delay, outcome.retryAfter + 1);
+        if (!outcome.busy) {
+          await this.pause(Math.min(delay, deadline - now), request);
+        } else if (!ticket) {
+          ticket = await this.lineUp(request);
+          // A release may have come before the subscription was in place: the head asks again now.
+          if (!ticket.isHead) await this.waitTurn(ticket, delay, deadline, request);
+        } else {
+          await this.waitTurn(ticket, delay, deadline, request);
+        }
       }
-      const now = performance.now();
-      if (attempt > request.retry.attempts || now >= deadline) {
-        if (!outcome.busy) throw this.failed(request, attempt, outcome.error());
-        if (attempt === 1)
-          throw this.failed(
-            request,
-            attempt,
-            new LockBusyError(request.resources, outcome.retryAfter),
-          );
-        throw this.failed(
-          request,
-          attempt,
-          new LockTimeoutError(request.resources, outcome.retryAfter, attempt, now - started),
-        );
+    } finally {
+      if (ticket) {
+        ticket.leave(acquired);
+        this.channel?.unsubscribe(request.keys);
       }
-      if (outcome.busy && this.listenerCount('contended') > 0) {
-        this.emit('contended', {
-          resources: request.resources,
-          attempt,
-          retryAfter: outcome.retryAfter,
-        });
-      }
-      let delay = retryDelay(request.retry, attempt);
-      // A holder that crashed frees the lock when its lease ends; no need to sleep past that.
-      if (outcome.retryAfter !== undefined) delay = Math.min(delay, outcome.retryAfter + 1);
-      await this.pause(Math.min(delay, deadline - now), request);
+    }
+  }
+
+  /** Joins this process's queue for the keys and listens for their releases. */
+  private async lineUp(request: Request): Promise<Ticket> {
+    const ticket = this.queues.join(request.queueId, request.keys);
+    await this.channel?.subscribe(request.keys, request.nodeTimeout);
+    return ticket;
+  }
+
+  private async waitTurn(
+    ticket: Ticket,
+    delay: number,
+    deadline: number,
+    request: Request,
+  ): Promise<void> {
+    try {
+      await ticket.wait(delay, deadline, request.signal);
+    } catch {
+      throw new LockAbortedError(request.resources, request.signal?.reason);
     }
   }
 
@@ -158,7 +226,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     resources: string | readonly string[],
     options: Omit<AcquireOptions, 'retry' | 'waitTimeout'> = {},
   ): Promise<Lock> {
-    return this.acquire(resources, { ...options, retry: { attempts: 0 } });
+    return this.acquire(resources, { ...options, retry: SINGLE_ATTEMPT });
   }
 
   /**
@@ -243,11 +311,13 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     lock.released();
     const round = await quorumRound(
       this.nodes,
-      (node) => node.run(RELEASE, lock.keys, [lock.value, '1']),
+      (node) => node.run(RELEASE, lock.keys, [lock.value, this.notify]),
       isPositive,
       this.quorum,
       this.nodeTimeout(lock.ttl),
     );
+    // This process's own waiters need no message from the nodes.
+    for (const key of lock.keys) this.queues.released(key);
     const failures = roundFailures(this.nodes, round.errors);
     if (failures.length > 0) {
       this.options.logger.warn(
@@ -287,7 +357,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    await Promise.all(this.nodes.map((node) => node.close()));
+    await Promise.all([this.channel?.close(), ...this.nodes.map((node) => node.close())]);
   }
 
   /** Keeps the lease renewed until the lock is released or lost. */
@@ -338,22 +408,25 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     const value = randomValue();
     const start = performance.now();
     const validUntil = start + ttl - request.drift;
-    const fencing = this.options.fencing;
+    const { fencing, fenceCounterTtl } = this.options;
+    // A fence counter created now starts above every token issued before it (see lua-scripts.ts).
+    const seed = fencing && fenceCounterTtl > 0 ? Date.now() * FENCE_SEED_SCALE : 0;
+    const args = [value, ttl, keys.length, fencing ? '1' : '0', seed, fenceCounterTtl];
     const round = await quorumRound(
       this.nodes,
-      (node) =>
-        node.run(ACQUIRE, request.scriptKeys, [
-          value,
-          ttl,
-          keys.length,
-          fencing ? '1' : '0',
-        ]) as Promise<AcquireReply>,
+      (node) => node.run(ACQUIRE, request.scriptKeys, args) as Promise<AcquireReply>,
       isGranted,
       this.quorum,
       request.nodeTimeout,
     );
     if (round.yes >= this.quorum) {
-      const tokens = fencing ? await this.settleTokens(round, request, value, validUntil) : [];
+      let tokens: number[] | undefined;
+      try {
+        tokens = fencing ? await this.settleTokens(round, request, value, validUntil) : [];
+      } catch (error) {
+        this.cleanUp(keys, value);
+        throw error;
+      }
       if (tokens && performance.now() < validUntil) {
         return new Lock(this, request.resources, keys, value, tokens, ttl, validUntil);
       }
@@ -380,7 +453,14 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       if (reply?.[0] !== 1) continue;
       for (let r = 0; r < count; r++) tokens[r] = Math.max(tokens[r], reply[r + 1]);
     }
-    if (!tokens.every(Number.isSafeInteger)) return undefined;
+    const overflow = tokens.findIndex((token) => !Number.isSafeInteger(token));
+    if (overflow >= 0) {
+      throw new LockConfigurationError(
+        `The fence counter of '${request.resources[overflow]}' passed 2^53 - 1, beyond what a JavaScript number ` +
+          `holds exactly. Delete ${request.keys[overflow]}:fence on every node (with fenceCounterTtl set, a new ` +
+          'counter starts from the clock), or lock under another keyPrefix.',
+      );
+    }
     const behind: LockNode[] = [];
     let carried = 0;
     round.replies.forEach((reply, i) => {
@@ -394,7 +474,12 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     if (left <= 0 || behind.length < needed) return undefined;
     const writeback = await quorumRound(
       behind,
-      (node) => node.run(FENCE_WRITEBACK, request.scriptKeys, [value, ...tokens]),
+      (node) =>
+        node.run(FENCE_WRITEBACK, request.scriptKeys, [
+          value,
+          this.options.fenceCounterTtl,
+          ...tokens,
+        ]),
       isOne,
       needed,
       Math.min(request.nodeTimeout, left),
@@ -433,7 +518,8 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
 
   /** Best-effort release of a failed attempt on every node, including those that did not answer. */
   private cleanUp(keys: readonly string[], value: string): void {
-    for (const node of this.nodes) node.run(RELEASE, keys, [value, '1']).catch(() => undefined);
+    for (const node of this.nodes)
+      node.run(RELEASE, keys, [value, this.notify]).catch(() => undefined);
   }
 
   private async pause(ms: number, request: Request): Promise<void> {
@@ -460,17 +546,28 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     return {
       resources: list,
       keys,
+      queueId: keys.length === 1 ? keys[0] : keys.join('\n'),
       scriptKeys: defaults.fencing ? [...keys, ...keys.map((key) => `${key}:fence`)] : keys,
       ttl,
       nodeTimeout: this.nodeTimeout(ttl),
       drift: this.drift(ttl),
-      retry: resolveRetry('retry', options.retry, defaults.retry),
+      retry: options.retry === undefined ? defaults.retry : this.retryPolicy(options.retry),
       waitTimeout:
         options.waitTimeout === undefined
           ? defaults.waitTimeout
           : checkMs('waitTimeout', options.waitTimeout, 0),
       signal: options.signal,
     };
+  }
+
+  /** A call's retry options over the engine's, resolved once per options object. */
+  private retryPolicy(retry: RetryOptions): ResolvedRetry {
+    let resolved = this.retryPolicies.get(retry);
+    if (!resolved) {
+      resolved = resolveRetry('retry', retry, this.options.retry);
+      if (typeof retry === 'object' && retry !== null) this.retryPolicies.set(retry, resolved);
+    }
+    return resolved;
   }
 
   private nodeTimeout(ttl: number): number {

@@ -70,10 +70,27 @@ export interface LockEngineOptions {
   /** Issue fencing tokens with every grant. Default true. */
   fencing?: boolean;
   /**
+   * Lifetime in ms of a resource's fence counter on a node, so that counters
+   * for resources no longer locked do not pile up. A counter created after
+   * the last one expired starts from the wall clock (ms × 1024), above every
+   * earlier token; this assumes the app instances' clocks differ by much
+   * less than this. Default 3,600,000 (1 hour). 0 keeps counters forever and
+   * counts from 1 (small exact tokens; memory grows with distinct resources,
+   * and a node that lost its data must be re-seeded).
+   */
+  fenceCounterTtl?: number;
+  /**
    * Extend when this fraction of the lease remains (auto-extension).
    * Default 0.5.
    */
   extendThreshold?: number;
+  /**
+   * Publish a message when a lock is released, and listen for them while
+   * waiting, so a waiter takes a freed lock within about one round trip
+   * instead of a retry delay. Default true. Waiters also queue up within a
+   * process, first come first served, either way.
+   */
+  releaseNotifications?: boolean;
   /** Refuse to connect when a node's set-up is unsafe, instead of warning. Default false. */
   strict?: boolean;
   /** Run the safety checks of the nodes' configuration on connect. Default true. */
@@ -99,7 +116,9 @@ export interface ResolvedEngineOptions {
   readonly waitTimeout: number;
   readonly retry: ResolvedRetry;
   readonly fencing: boolean;
+  readonly fenceCounterTtl: number;
   readonly extendThreshold: number;
+  readonly releaseNotifications: boolean;
   readonly strict: boolean;
   readonly checkNodes: boolean;
   readonly logger: LockLogger;
@@ -113,7 +132,9 @@ export const LOCK_DEFAULTS = Object.freeze({
   waitTimeout: 10_000,
   retry: Object.freeze({ attempts: Infinity, delay: 10, factor: 5, maxDelay: 200, jitter: 0.5 }),
   fencing: true,
+  fenceCounterTtl: 3_600_000,
   extendThreshold: 0.5,
+  releaseNotifications: true,
   strict: false,
   checkNodes: true,
 });
@@ -132,7 +153,9 @@ const KNOWN_ENGINE_KEYS = new Set<string>([
   'waitTimeout',
   'retry',
   'fencing',
+  'fenceCounterTtl',
   'extendThreshold',
+  'releaseNotifications',
   'strict',
   'checkNodes',
   'logger',
@@ -280,6 +303,11 @@ function checkNodeSpec(spec: unknown, index: number): void {
   );
 }
 
+function checkFenceCounterTtl(value: unknown): number {
+  if (value === 0) return 0;
+  return checkMs('fenceCounterTtl (0 keeps counters forever)', value, 60_000);
+}
+
 /** Validates the engine options once and merges the defaults. */
 export function resolveEngineOptions(options: unknown): ResolvedEngineOptions {
   if (!isObject(options))
@@ -324,12 +352,17 @@ export function resolveEngineOptions(options: unknown): ResolvedEngineOptions {
     waitTimeout: checkMs('waitTimeout', options.waitTimeout ?? LOCK_DEFAULTS.waitTimeout, 0),
     retry: resolveRetry('retry', options.retry, LOCK_DEFAULTS.retry),
     fencing: checkBoolean('fencing', options.fencing ?? LOCK_DEFAULTS.fencing),
+    fenceCounterTtl: checkFenceCounterTtl(options.fenceCounterTtl ?? LOCK_DEFAULTS.fenceCounterTtl),
     extendThreshold: checkFraction(
       'extendThreshold',
       options.extendThreshold ?? LOCK_DEFAULTS.extendThreshold,
       0.1,
       0.9,
       'it is the fraction of the lease left when an extension starts',
+    ),
+    releaseNotifications: checkBoolean(
+      'releaseNotifications',
+      options.releaseNotifications ?? LOCK_DEFAULTS.releaseNotifications,
     ),
     strict: checkBoolean('strict', options.strict ?? LOCK_DEFAULTS.strict),
     checkNodes: checkBoolean('checkNodes', options.checkNodes ?? LOCK_DEFAULTS.checkNodes),

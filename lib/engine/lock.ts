@@ -38,8 +38,7 @@ export class Lock implements AsyncDisposable {
   private releasing: Promise<ReleaseResult> | undefined;
   /** @internal Monotonic (performance.now) time of the grant. */
   readonly grantedAt = performance.now();
-  /** @internal Monotonic (performance.now) end of validity. */
-  validUntil: number;
+  private validity: number;
   /** @internal Stops automatic extension, when it runs. */
   stopExtending: (() => void) | undefined;
 
@@ -61,7 +60,12 @@ export class Lock implements AsyncDisposable {
     readonly ttl: number,
     validUntil: number,
   ) {
-    this.validUntil = validUntil;
+    this.validity = validUntil;
+  }
+
+  /** End of validity on the monotonic clock (`performance.now()` time); moves with each extension. */
+  get validUntil(): number {
+    return this.validity;
   }
 
   /** The fencing token of the first resource; `undefined` when fencing is off. */
@@ -121,7 +125,7 @@ export class Lock implements AsyncDisposable {
 
   /** @internal Called by the engine when an extension moved the validity. */
   renewed(validUntil: number): void {
-    this.validUntil = validUntil;
+    this.validity = validUntil;
     if (this.controller && this.state === 'held') this.armExpiry();
   }
 

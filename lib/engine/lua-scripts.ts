@@ -14,14 +14,34 @@ function script(name: string, source: string): LuaScript {
 /**
  * Grant the lock on all resources or on none (one node).
  * KEYS: n lock keys, then (fencing) their n fence counters.
- * ARGV: value, ttl ms, n, fencing '1' | '0'.
+ * ARGV: value, ttl ms, n, fencing '1' | '0', seed, counter ttl ms.
  * Returns {1, token...} when granted, {0, pttl} when another value holds a key.
- * A request resent after a reconnect finds our own value and returns the
- * tokens of that grant instead of counting a second one.
+ *
+ * A fence counter that does not exist starts at `seed` (a clock reading
+ * scaled past any earlier token) and lives `counter ttl` ms; seed '0' keeps
+ * counters forever, counting from 1. A request resent after a reconnect
+ * finds our own value and returns that grant's tokens instead of counting a
+ * second one.
  */
 export const ACQUIRE = script(
   'acquire',
   `local value, n = ARGV[1], tonumber(ARGV[3])
+local function fence(key)
+  if ARGV[5] ~= '0' and redis.call('SET', key, ARGV[5], 'NX', 'PX', ARGV[6]) then
+    return tonumber(ARGV[5])
+  end
+  return redis.call('INCR', key)
+end
+local reply = {1}
+if n == 1 then
+  if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+    if ARGV[4] == '1' then reply[2] = fence(KEYS[2]) end
+    return reply
+  end
+  if redis.call('GET', KEYS[1]) ~= value then return {0, redis.call('PTTL', KEYS[1])} end
+  if ARGV[4] == '1' then reply[2] = tonumber(redis.call('GET', KEYS[2])) end
+  return reply
+end
 local mine = 0
 for i = 1, n do
   local holder = redis.call('GET', KEYS[i])
@@ -31,8 +51,7 @@ for i = 1, n do
     return {0, redis.call('PTTL', KEYS[i])}
   end
 end
-local reply = {1}
-if mine == n and mine > 0 then
+if mine == n then
   if ARGV[4] == '1' then
     for i = 1, n do reply[i + 1] = tonumber(redis.call('GET', KEYS[n + i])) end
   end
@@ -40,7 +59,7 @@ if mine == n and mine > 0 then
 end
 for i = 1, n do redis.call('SET', KEYS[i], value, 'PX', ARGV[2]) end
 if ARGV[4] == '1' then
-  for i = 1, n do reply[i + 1] = redis.call('INCR', KEYS[n + i]) end
+  for i = 1, n do reply[i + 1] = fence(KEYS[n + i]) end
 end
 return reply`,
 );
@@ -49,7 +68,7 @@ return reply`,
  * Second fencing round: raise each counter to the chosen token, only while
  * this node still holds our lock value on every key.
  * KEYS: n lock keys, then their n fence counters.
- * ARGV: value, then n tokens.
+ * ARGV: value, counter ttl ms ('0': forever), then n tokens.
  * Returns 1 when written, 0 when the lock is no longer ours here.
  */
 export const FENCE_WRITEBACK = script(
@@ -59,9 +78,13 @@ for i = 1, n do
   if redis.call('GET', KEYS[i]) ~= ARGV[1] then return 0 end
 end
 for i = 1, n do
-  local token = tonumber(ARGV[i + 1])
+  local token = tonumber(ARGV[i + 2])
   if (tonumber(redis.call('GET', KEYS[n + i])) or 0) < token then
-    redis.call('SET', KEYS[n + i], ARGV[i + 1])
+    if ARGV[2] == '0' then
+      redis.call('SET', KEYS[n + i], ARGV[i + 2])
+    else
+      redis.call('SET', KEYS[n + i], ARGV[i + 2], 'PX', ARGV[2])
+    end
   end
 end
 return 1`,

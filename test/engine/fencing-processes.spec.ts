@@ -5,7 +5,7 @@ import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { ContenderMessage, GrantRecord } from '../support/contender.js';
-import { useRedisNodes } from '../support/redis-nodes.js';
+import { useRedisNodes } from '../support/use-redis-nodes.js';
 
 const PROCESSES = 4;
 const WORKERS = 3;

@@ -5,12 +5,13 @@ import { Redis } from 'ioredis';
 import {
   Lock,
   LockBusyError,
+  LockConfigurationError,
   LockEngine,
   LockLostError,
   LockOptionsError,
   LockTimeoutError,
 } from '../../lib/engine/index.js';
-import { useRedisNodes } from '../support/redis-nodes.js';
+import { useRedisNodes } from '../support/use-redis-nodes.js';
 import { quietLogger } from '../support/quiet-logger.js';
 
 const redis = useRedisNodes(5);
@@ -260,6 +261,7 @@ describe('fencing tokens', () => {
     const fence = `lock:{${resource}}:fence`;
     await clients[0].set(fence, 1000);
     await clients[1].set(fence, 500);
+    await clients[2].set(fence, 200);
     const lock = await engine.tryAcquire(resource);
     const counters = (await Promise.all(clients.map((c) => c.get(fence)))).map(Number);
     // The chosen token is the highest counter among the granting nodes, and a quorum now carries it.
@@ -269,6 +271,50 @@ describe('fencing tokens', () => {
     const next = await engine.tryAcquire(resource);
     expect(next.token).toBeGreaterThan(lock.token!);
     await next.release();
+  });
+
+  it('start a new counter above every earlier token once the old one expired', async () => {
+    const resource = unique('reseeded');
+    const fence = `lock:{${resource}}:fence`;
+    const first = await engine.tryAcquire(resource);
+    await first.release();
+    const lifetimes = await Promise.all(clients.map((c) => c.pttl(fence)));
+    expect(lifetimes.filter((t) => t > 0 && t <= 3_600_000).length).toBeGreaterThanOrEqual(2);
+    // What expiry does to the counters, without waiting an hour for it.
+    await Promise.all(clients.map((c) => c.del(fence)));
+    const second = await engine.tryAcquire(resource);
+    expect(second.token).toBeGreaterThan(first.token!);
+    expect(Number.isSafeInteger(second.token)).toBe(true);
+    await second.release();
+  });
+
+  it('count from 1 and keep their counters forever with fenceCounterTtl: 0', async () => {
+    const exact = new LockEngine({
+      nodes: redis.nodes.slice(0, 3).map((n) => n.url),
+      fenceCounterTtl: 0,
+      logger: quietLogger(),
+    });
+    await exact.connect();
+    const resource = unique('exact');
+    const tokens: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const lock = await exact.tryAcquire(resource);
+      tokens.push(lock.token!);
+      await lock.release();
+    }
+    expect(tokens).toEqual([1, 2, 3]);
+    expect(await clients[0].pttl(`lock:{${resource}}:fence`)).toBe(-1);
+    await exact.close();
+  });
+
+  it('refuse a token past 2^53 - 1 with a LockConfigurationError, leaving no lock behind', async () => {
+    const resource = unique('overflow');
+    await Promise.all(clients.map((c) => c.set(`lock:{${resource}}:fence`, '9007199254740991')));
+    const error = await engine.tryAcquire(resource).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LockConfigurationError);
+    expect((error as Error).message).toContain(`lock:{${resource}}:fence`);
+    await Promise.all(clients.map((c) => c.del(`lock:{${resource}}:fence`)));
+    await (await engine.tryAcquire(resource)).release();
   });
 
   it('keep the same token across extensions', async () => {

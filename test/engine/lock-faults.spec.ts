@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { LockEngine, LockUnavailableError } from '../../lib/engine/index.js';
-import { useRedisNodes } from '../support/redis-nodes.js';
+import { useRedisNodes } from '../support/use-redis-nodes.js';
 import { quietLogger } from '../support/quiet-logger.js';
 
 const redis = useRedisNodes(5);

@@ -9,12 +9,8 @@ import {
 } from '../../lib/engine/index.js';
 import { parseInfo } from '../../lib/engine/node-checks.js';
 import { quietLogger } from '../support/quiet-logger.js';
-import {
-  RedisNodeProcess,
-  startRedisNodes,
-  stopRedisNodes,
-  useRedisNodes,
-} from '../support/redis-nodes.js';
+import { RedisNodeProcess, startRedisNodes, stopRedisNodes } from '../support/redis-nodes.js';
+import { useRedisNodes } from '../support/use-redis-nodes.js';
 
 /** Harness defaults: appendonly yes, appendfsync always, maxmemory-policy noeviction. */
 const safe = useRedisNodes(3);

@@ -36,7 +36,7 @@ import {
   RedisLockModule,
 } from '../../lib/index.js';
 import { deferred, Latches } from '../support/latch.js';
-import { useRedisNodes } from '../support/redis-nodes.js';
+import { useRedisNodes } from '../support/use-redis-nodes.js';
 import { quietLogger } from '../support/quiet-logger.js';
 
 const redis = useRedisNodes(3);

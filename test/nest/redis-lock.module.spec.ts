@@ -11,7 +11,7 @@ import {
   RedisLockModule,
   type RedisLockModuleOptions,
 } from '../../lib/index.js';
-import { useRedisNodes } from '../support/redis-nodes.js';
+import { useRedisNodes } from '../support/use-redis-nodes.js';
 import { quietLogger } from '../support/quiet-logger.js';
 
 const redis = useRedisNodes(3);

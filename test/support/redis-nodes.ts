@@ -1,16 +1,22 @@
 /**
- * Real redis-server processes for integration tests: each node is an
- * independent server on its own loopback port with its own data dir, so tests
- * can kill, pause and restart nodes the way production loses them.
+ * Real redis-server processes, one independent server per node on its own
+ * loopback port with its own data dir, so callers can kill, pause and restart
+ * nodes the way production loses them.
+ *
+ * Framework-free on purpose: the Jest suites use it through
+ * `useRedisNodes()` (use-redis-nodes.ts), the benchmark (bench/run.ts) and the
+ * flash-sale demo (sample/flash-sale/demo/demo.ts, compiled into sample/dist
+ * by sample/tsconfig.json) import it directly, and plain `node` loads it.
  *
  * ```ts
- * const redis = useRedisNodes(3);
- * it('...', async () => {
- *   const client = new Redis(redis.nodes[0].url);
- * });
+ * const nodes = await startRedisNodes(3);
+ * try {
+ *   const client = new Redis(nodes[0].url);
+ * } finally {
+ *   await stopRedisNodes(nodes);
+ * }
  * ```
  */
-import { afterAll, beforeAll } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import {
@@ -36,11 +42,18 @@ export interface RedisNodeOptions {
   /** More `--name value` arguments for redis-server. */
   extraArgs?: string[];
   requirepass?: string;
+  /**
+   * Runs the server in its own process group, so a Ctrl-C in the terminal
+   * reaches only the caller, which then stops the node itself. Default: false
+   * (the node gets the Ctrl-C with the test run).
+   */
+  detached?: boolean;
 }
 
 const HOST = '127.0.0.1';
 const READY_LINE = 'Ready to accept connections';
-const START_TIMEOUT_MS = 15_000;
+/** How long a node may take to accept connections. */
+export const REDIS_START_TIMEOUT_MS = 15_000;
 const STOP_TIMEOUT_MS = 5_000;
 const BIND_ATTEMPTS = 5;
 
@@ -110,9 +123,43 @@ function liveNodes(): Set<LiveNode> {
   return registry;
 }
 
-// On Linux, also have the kernel kill the server if the test worker dies
-// without running 'exit' handlers (SIGKILL, crash).
+// --- Child processes --------------------------------------------------------
+// Also used by the demo for its app instances (sample/flash-sale/demo/processes.ts).
+
 const SETPRIV = process.platform === 'linux' && isExecutable('/usr/bin/setpriv');
+
+/**
+ * `argv` run so that, on Linux, the kernel kills the child should its parent
+ * die without running 'exit' handlers (SIGKILL, crash); unchanged elsewhere.
+ */
+export function withParentDeathSignal(argv: readonly string[]): string[] {
+  return SETPRIV ? ['/usr/bin/setpriv', '--pdeathsig', 'KILL', ...argv] : [...argv];
+}
+
+/**
+ * Waits until the kernel reports the process state (field 3 of /proc/PID/stat,
+ * 'T' when stopped) that `accept` wants, so a SIGSTOP or SIGCONT has taken
+ * effect when the caller goes on; a no-op off Linux.
+ */
+export async function waitForProcState(
+  pid: number | undefined,
+  accept: (state: string) => boolean,
+  name: string,
+): Promise<void> {
+  if (process.platform !== 'linux' || pid === undefined) return;
+  const deadline = performance.now() + 2_000;
+  while (performance.now() < deadline) {
+    let state: string;
+    try {
+      state = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0] ?? '';
+    } catch {
+      return; // exited
+    }
+    if (accept(state)) return;
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  throw new Error(`${name} (pid ${pid}) did not change state after a signal`);
+}
 
 // --- Ports ------------------------------------------------------------------
 // Ports come from below the kernel's ephemeral range: a port handed out by
@@ -244,7 +291,7 @@ export class RedisNodeProcess implements LiveNode {
     if (!this.isRunning || this.paused) return;
     this.child?.kill('SIGSTOP');
     this.paused = true;
-    await this.waitForProcState((state) => state === 'T');
+    await waitForProcState(this.child?.pid, (state) => state === 'T', 'redis-server');
   }
 
   /** SIGCONT after pause(). */
@@ -252,7 +299,7 @@ export class RedisNodeProcess implements LiveNode {
     if (!this.isRunning || !this.paused) return;
     this.child?.kill('SIGCONT');
     this.paused = false;
-    await this.waitForProcState((state) => state !== 'T');
+    await waitForProcState(this.child?.pid, (state) => state !== 'T', 'redis-server');
   }
 
   /**
@@ -338,15 +385,15 @@ export class RedisNodeProcess implements LiveNode {
 
   /** Spawns redis-server and resolves when it logs that it accepts connections. */
   private spawnServer(): Promise<void> {
-    const argv = [this.bin, ...this.serverArgs()];
-    const [command, ...args] = SETPRIV
-      ? ['/usr/bin/setpriv', '--pdeathsig', 'KILL', ...argv]
-      : argv;
-    const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const [command, ...args] = withParentDeathSignal([this.bin, ...this.serverArgs()]);
+    const child = spawn(command, args, {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: this.options.detached ?? false,
+    });
     this.child = child;
     this.paused = false;
     this.exited = once(child, 'exit').then(() => undefined);
-    // A leaked server must not keep Jest alive; the 'exit' hook kills it.
+    // A leaked server must not keep Jest (or any caller) alive; the 'exit' hook kills it.
     child.unref();
     (child.stdout as Socket | null)?.unref();
     (child.stderr as Socket | null)?.unref();
@@ -375,10 +422,10 @@ export class RedisNodeProcess implements LiveNode {
         child.kill('SIGKILL');
         settle(
           new Error(
-            `redis-server on port ${this.currentPort} not ready after ${START_TIMEOUT_MS} ms`,
+            `redis-server on port ${this.currentPort} not ready after ${REDIS_START_TIMEOUT_MS} ms`,
           ),
         );
-      }, START_TIMEOUT_MS);
+      }, REDIS_START_TIMEOUT_MS);
       const settle = (error?: Error): void => {
         clearTimeout(timer);
         child.stdout?.off('data', onData);
@@ -392,25 +439,6 @@ export class RedisNodeProcess implements LiveNode {
       child.once('exit', onExit);
       child.once('error', (error) => settle(error));
     });
-  }
-
-  /** Waits until the kernel reports the process state (Linux /proc); a no-op elsewhere. */
-  private async waitForProcState(accept: (state: string) => boolean): Promise<void> {
-    const pid = this.child?.pid;
-    if (process.platform !== 'linux' || pid === undefined) return;
-    const deadline = performance.now() + 2_000;
-    while (performance.now() < deadline) {
-      let state: string;
-      try {
-        // Field 3 of /proc/PID/stat, after the parenthesised command name.
-        state = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0] ?? '';
-      } catch {
-        return; // exited
-      }
-      if (accept(state)) return;
-      await new Promise((resolve) => setImmediate(resolve));
-    }
-    throw new Error(`redis-server pid ${pid} did not change state after a signal`);
   }
 }
 
@@ -447,24 +475,4 @@ export async function startRedisNodes(
 
 export async function stopRedisNodes(nodes: readonly RedisNodeProcess[]): Promise<void> {
   await Promise.all(nodes.map((node) => node.stop()));
-}
-
-export interface RedisNodesHandle {
-  /** Filled in by beforeAll. */
-  readonly nodes: RedisNodeProcess[];
-}
-
-/**
- * Starts `count` nodes in beforeAll and stops them in afterAll (which Jest runs
- * even when tests or beforeAll fail).
- */
-export function useRedisNodes(count: number, options?: RedisNodeOptions): RedisNodesHandle {
-  const handle = { nodes: [] as RedisNodeProcess[] };
-  beforeAll(async () => {
-    handle.nodes = await startRedisNodes(count, options);
-  }, START_TIMEOUT_MS * 2);
-  afterAll(async () => {
-    await stopRedisNodes(handle.nodes);
-  });
-  return handle;
 }

@@ -1,12 +1,12 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { findRedisServer, startRedisNodes } from '../../../test/support/redis-nodes.js';
 import { FlashSaleStore } from '../store/flash-sale.store.js';
 import { startFleet, stopFleet, type AppInstance } from './fleet.js';
 import { runLoad, type LoadResult } from './load.js';
 import { bar, count, ms, table, type Output } from './output.js';
 import type { ProcessRegistry } from './processes.js';
-import { findRedisServer, startRedisNodes } from './redis-nodes.js';
 import { runZombie, type Reply, type ZombieResult } from './zombie.js';
 
 export const PRODUCT = { id: 1, name: 'Limited sneakers' } as const;
@@ -39,7 +39,7 @@ export const DEMO_DEFAULTS: DemoSettings = Object.freeze({
 });
 
 export interface DemoOptions extends DemoSettings {
-  /** The compiled app; default: `sample/dist/flash-sale/main.js` of this repository. */
+  /** The compiled app; default: `sample/dist/sample/flash-sale/main.js` of this repository. */
   readonly appEntry?: string;
   /** Where the database, the logs and the Redis data go. */
   readonly workDir: string;
@@ -108,7 +108,12 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
     ),
   );
   out.line();
-  const nodes = await startRedisNodes(options.redisNodes, workDir, registry);
+  // The harness's defaults are what fencing tokens need: AOF, appendfsync always,
+  // noeviction. Own process groups, like the instances: a Ctrl-C reaches the
+  // demo only, which stops them in order; nodes still starting then are killed
+  // by the harness's own 'exit' hook.
+  const nodes = await startRedisNodes(options.redisNodes, { detached: true });
+  for (const node of nodes) registry.add(node);
   out.line(
     '  ' +
       out.ok(
@@ -344,7 +349,7 @@ function pickSettings(options: DemoSettings): DemoSettings {
   return settings as unknown as DemoSettings;
 }
 
-/** `sample/dist/flash-sale/main.js` of the repository this file is in (compiled or not). */
+/** `sample/dist/sample/flash-sale/main.js` of the repository this file is in (compiled or not). */
 export function defaultAppEntry(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
   for (;;) {
@@ -353,7 +358,7 @@ export function defaultAppEntry(): string {
       existsSync(manifest) &&
       (JSON.parse(readFileSync(manifest, 'utf8')) as { name?: string }).name === 'nestjs-redis-lock'
     ) {
-      return join(dir, 'sample', 'dist', 'flash-sale', 'main.js');
+      return join(dir, 'sample', 'dist', 'sample', 'flash-sale', 'main.js');
     }
     const parent = dirname(dir);
     if (parent === dir)

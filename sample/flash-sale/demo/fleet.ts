@@ -10,7 +10,7 @@ export interface AppInstance {
 
 export interface FleetOptions {
   readonly count: number;
-  /** The compiled app (`sample/dist/flash-sale/main.js`). */
+  /** The compiled app (`sample/dist/sample/flash-sale/main.js`). */
   readonly entry: string;
   /** The app's configuration (LOCK_NODES, LOCKS, DB_FILE, ...); PORT and INSTANCE are set per instance. */
   readonly env: Record<string, string>;

@@ -1,21 +1,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { accessSync, constants, createWriteStream, readFileSync } from 'node:fs';
+import { createWriteStream } from 'node:fs';
 import { createInterface } from 'node:readline';
+import { waitForProcState, withParentDeathSignal } from '../../../test/support/redis-nodes.js';
 
-// On Linux the kernel kills our children if the demo itself dies without cleaning up (SIGKILL, crash).
-const SETPRIV = process.platform === 'linux' && isExecutable('/usr/bin/setpriv');
 const STOP_TIMEOUT_MS = 5_000;
 const KEPT_LINES = 200;
-
-export function isExecutable(path: string): boolean {
-  try {
-    accessSync(path, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 export interface SpawnOptions {
   readonly name: string;
@@ -27,12 +17,25 @@ export interface SpawnOptions {
 }
 
 /**
+ * What the registry stops: an app instance, or a Redis node of the project's
+ * redis-server harness (test/support/redis-nodes.ts).
+ */
+export interface StoppableProcess {
+  /** Undefined once it has exited (a Redis node) or if it never started. */
+  readonly pid: number | undefined;
+  /** SIGTERM, then SIGKILL if it has not exited in time; resolves once it has. */
+  stop(): Promise<void>;
+  /** SIGKILL, sent before the first await: usable in a process 'exit' handler. */
+  kill(): Promise<void>;
+}
+
+/**
  * A child process the demo started: its output is copied to a log file and
  * can be awaited line by line, and it can be paused, resumed and stopped.
  * Children run in their own process group, so a Ctrl-C in the terminal
  * reaches the demo only, which then stops them in order.
  */
-export class ManagedProcess {
+export class ManagedProcess implements StoppableProcess {
   readonly exited: Promise<void>;
   private readonly child: ChildProcess;
   private readonly lines: string[] = [];
@@ -43,10 +46,8 @@ export class ManagedProcess {
     private readonly registry: ProcessRegistry,
     readonly options: SpawnOptions,
   ) {
-    const argv = [options.command, ...options.args];
-    const [command, ...args] = SETPRIV
-      ? ['/usr/bin/setpriv', '--pdeathsig', 'KILL', ...argv]
-      : argv;
+    // On Linux the kernel kills the child should the demo die without cleaning up (SIGKILL, crash).
+    const [command, ...args] = withParentDeathSignal([options.command, ...options.args]);
     this.child = spawn(command, args, {
       env: options.env ?? process.env,
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -133,7 +134,7 @@ export class ManagedProcess {
     if (!this.isRunning || this.paused) return;
     this.child.kill('SIGSTOP');
     this.paused = true;
-    await this.waitForState((state) => state === 'T');
+    await waitForProcState(this.child.pid, (state) => state === 'T', this.name);
   }
 
   /** SIGCONT after pause(). */
@@ -141,7 +142,7 @@ export class ManagedProcess {
     if (!this.isRunning || !this.paused) return;
     this.child.kill('SIGCONT');
     this.paused = false;
-    await this.waitForState((state) => state !== 'T');
+    await waitForProcState(this.child.pid, (state) => state !== 'T', this.name);
   }
 
   /** SIGTERM (after SIGCONT if paused), SIGKILL if it has not exited within 5 s. */
@@ -157,10 +158,11 @@ export class ManagedProcess {
     this.registry.delete(this);
   }
 
-  /** For the last resort in a process 'exit' handler: no waiting. */
-  killNow(): void {
+  /** SIGKILL at once; for the last resort in a process 'exit' handler. */
+  async kill(): Promise<void> {
     if (!this.isRunning) return;
     this.child.kill('SIGKILL');
+    await this.exited;
   }
 
   private onLine(line: string): void {
@@ -168,29 +170,11 @@ export class ManagedProcess {
     if (this.lines.length > KEPT_LINES) this.lines.shift();
     for (const watch of [...this.watchers]) watch(line);
   }
-
-  /** Waits until the kernel reports the process state (field 3 of /proc/PID/stat); a no-op off Linux. */
-  private async waitForState(accept: (state: string) => boolean): Promise<void> {
-    const pid = this.child.pid;
-    if (process.platform !== 'linux' || pid === undefined) return;
-    const deadline = performance.now() + 2_000;
-    while (performance.now() < deadline) {
-      let state: string;
-      try {
-        state = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0] ?? '';
-      } catch {
-        return; // exited
-      }
-      if (accept(state)) return;
-      await new Promise((resolve) => setImmediate(resolve));
-    }
-    throw new Error(`${this.name} (pid ${pid}) did not change state after a signal`);
-  }
 }
 
 /** Every process the demo started, so all of them can be stopped on success, failure or Ctrl-C. */
 export class ProcessRegistry {
-  private readonly live = new Set<ManagedProcess>();
+  private readonly live = new Set<StoppableProcess>();
   private closed = false;
 
   /** Starts a process; refused once stopAll() was called, so nothing starts while the demo stops. */
@@ -199,11 +183,12 @@ export class ProcessRegistry {
     return new ManagedProcess(this, options);
   }
 
-  add(process: ManagedProcess): void {
+  /** Also for processes started elsewhere: the Redis nodes. */
+  add(process: StoppableProcess): void {
     this.live.add(process);
   }
 
-  delete(process: ManagedProcess): void {
+  delete(process: StoppableProcess): void {
     this.live.delete(process);
   }
 
@@ -212,16 +197,21 @@ export class ProcessRegistry {
   }
 
   /** The processes still running. */
-  list(): ManagedProcess[] {
+  list(): StoppableProcess[] {
     return [...this.live];
   }
 
   async stopAll(): Promise<void> {
     this.closed = true;
-    await Promise.all([...this.live].map((p) => p.stop()));
+    await Promise.all(
+      [...this.live].map(async (process) => {
+        await process.stop();
+        this.live.delete(process);
+      }),
+    );
   }
 
   killAllNow(): void {
-    for (const process of this.live) process.killNow();
+    for (const process of this.live) void process.kill();
   }
 }

@@ -1,0 +1,158 @@
+/**
+ * This process's waiters for a busy lock, first come first served per set
+ * of keys. Only the head of a queue asks the nodes again; it does so as soon
+ * as a release of one of its keys is heard (from this process or, through
+ * the release channel, from any other), with its retry delay as a fallback.
+ * The others wait their turn instead of polling, which keeps the hand-off
+ * fast and fair and spares the nodes a herd of retries.
+ */
+export class WaitQueues {
+  private readonly queues = new Map<string, WaitQueue>();
+  private readonly byKey = new Map<string, Set<WaitQueue>>();
+
+  /** True when some caller of this process is waiting for exactly these keys. */
+  has(id: string): boolean {
+    return this.queues.size > 0 && this.queues.has(id);
+  }
+
+  /** Joins the queue of these keys (`id` names the key set). */
+  join(id: string, keys: readonly string[]): Ticket {
+    let queue = this.queues.get(id);
+    if (!queue) {
+      queue = new WaitQueue(id, keys, this);
+      this.queues.set(id, queue);
+      for (const key of keys) {
+        let set = this.byKey.get(key);
+        if (!set) this.byKey.set(key, (set = new Set()));
+        set.add(queue);
+      }
+    }
+    return queue.enter();
+  }
+
+  /** A release of `key` was heard: the heads of the queues that wait on it try again. */
+  released(key: string): void {
+    const set = this.byKey.get(key);
+    if (set) for (const queue of set) queue.wake();
+  }
+
+  /** @internal */
+  drop(queue: WaitQueue): void {
+    this.queues.delete(queue.id);
+    for (const key of queue.keys) {
+      const set = this.byKey.get(key);
+      set?.delete(queue);
+      if (set?.size === 0) this.byKey.delete(key);
+    }
+  }
+}
+
+class WaitQueue {
+  readonly tickets: Ticket[] = [];
+  /** Releases heard so far. */
+  wakes = 0;
+
+  constructor(
+    readonly id: string,
+    readonly keys: readonly string[],
+    private readonly owner: WaitQueues,
+  ) {}
+
+  enter(): Ticket {
+    const ticket = new Ticket(this);
+    this.tickets.push(ticket);
+    return ticket;
+  }
+
+  wake(): void {
+    this.wakes++;
+    this.tickets[0]?.notify(false);
+  }
+
+  leave(ticket: Ticket, acquired: boolean): void {
+    const index = this.tickets.indexOf(ticket);
+    if (index < 0) return;
+    this.tickets.splice(index, 1);
+    if (this.tickets.length === 0) return this.owner.drop(this);
+    if (index === 0) {
+      const next = this.tickets[0];
+      // After a grant the lock is taken: the next waits for its release. Otherwise it may be free now.
+      if (acquired) next.seen = this.wakes;
+      next.notify(!acquired);
+    }
+  }
+}
+
+/** One caller's place in a queue. */
+export class Ticket {
+  /** The queue's release count when this waiter last asked the nodes. */
+  seen: number;
+  private notifyWaiter: ((tryNow: boolean) => void) | undefined;
+
+  constructor(private readonly queue: WaitQueue) {
+    this.seen = queue.wakes;
+  }
+
+  get isHead(): boolean {
+    return this.queue.tickets[0] === this;
+  }
+
+  /** The keys of the queue. */
+  get keys(): readonly string[] {
+    return this.queue.keys;
+  }
+
+  /** Call before asking the nodes: releases heard before this do not count again. */
+  attempting(): void {
+    this.seen = this.queue.wakes;
+  }
+
+  /**
+   * Waits for this caller's next attempt: as head, until a release is heard
+   * or `delay` ms pass; behind others, until it becomes head (and then as
+   * head). Never past `deadline` (performance.now() time). Rejects when
+   * `signal` aborts.
+   */
+  async wait(delay: number, deadline: number, signal: AbortSignal | undefined): Promise<void> {
+    for (;;) {
+      const now = performance.now();
+      if (now >= deadline) return;
+      if (this.isHead && this.queue.wakes !== this.seen) return;
+      const head = this.isHead;
+      const tryNow = await new Promise<boolean>((resolve, reject) => {
+        const finish = (value: boolean) => {
+          clearTimeout(timer);
+          signal?.removeEventListener('abort', onAbort);
+          this.notifyWaiter = undefined;
+          resolve(value);
+        };
+        const onAbort = () => {
+          clearTimeout(timer);
+          this.notifyWaiter = undefined;
+          reject(signal!.reason);
+        };
+        if (signal?.aborted) return reject(signal.reason);
+        signal?.addEventListener('abort', onAbort, { once: true });
+        const timer = setTimeout(
+          () => finish(true),
+          head ? Math.min(delay, deadline - now) : deadline - now,
+        );
+        this.notifyWaiter = finish;
+      });
+      // A release was heard, the delay passed, or the head left without the lock: ask now.
+      if (head || tryNow) return;
+      // Promoted after the previous head got the lock: wait, as head, for its release.
+      delay = Math.max(0, delay - (performance.now() - now));
+    }
+  }
+
+  /** @internal Wakes this waiter; `tryNow` asks it to try at once. */
+  notify(tryNow: boolean): void {
+    this.notifyWaiter?.(tryNow);
+  }
+
+  /** Leaves the queue; `acquired` tells the next waiter whether the lock was just taken. */
+  leave(acquired: boolean): void {
+    this.queue.leave(this, acquired);
+  }
+}

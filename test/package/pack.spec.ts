@@ -1,0 +1,522 @@
+/**
+ * The package as users get it: `npm pack` (whose prepack script builds dist/)
+ * in a copy of the repository, the tarball's contents, then a real install of
+ * that tarball into a fresh Nest 12 app that type-checks against the published
+ * declarations and runs with plain `node` against a real redis-server.
+ *
+ * The repository's own dist/ is never touched: the build runs in the copy.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import {
+  cp,
+  lstat,
+  mkdir,
+  mkdtemp,
+  readFile,
+  readdir,
+  rm,
+  symlink,
+  writeFile,
+} from 'node:fs/promises';
+import { builtinModules } from 'node:module';
+import { tmpdir } from 'node:os';
+import { dirname, join, posix, relative, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { useRedisNodes } from '../support/use-redis-nodes.js';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const TSC = join(ROOT, 'node_modules/typescript/bin/tsc');
+const NPM_FLAGS = ['--prefer-offline', '--no-audit', '--no-fund'];
+
+// --- Child processes ----------------------------------------------------------
+// Each runs in its own process group, so a timeout (or afterAll) can kill npm
+// together with the scripts and tools it started.
+
+interface RunResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+const running = new Set<ChildProcess>();
+
+function killGroup(child: ChildProcess): void {
+  try {
+    if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}
+
+/** The environment without what the outer `npm test` set for this package. */
+function childEnv(): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [name, value] of Object.entries(process.env)) {
+    if (/^(npm_package_|npm_lifecycle_|npm_command$|npm_config_local_prefix$|INIT_CWD$)/.test(name))
+      continue;
+    if (name === 'NODE_OPTIONS') continue; // --experimental-vm-modules is Jest's, not the app's
+    env[name] = value;
+  }
+  return env;
+}
+
+function run(
+  command: string,
+  args: readonly string[],
+  cwd: string,
+  timeoutMs: number,
+): Promise<RunResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, {
+      cwd,
+      env: childEnv(),
+      detached: true,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    running.add(child);
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const timer = setTimeout(() => {
+      stderr += `\n[killed after ${timeoutMs} ms]`;
+      killGroup(child);
+    }, timeoutMs);
+    child.once('error', (error) => {
+      clearTimeout(timer);
+      running.delete(child);
+      reject(error);
+    });
+    child.once('close', (code, signal) => {
+      clearTimeout(timer);
+      running.delete(child);
+      resolve({ code, signal, stdout, stderr });
+    });
+  });
+}
+
+async function mustRun(
+  what: string,
+  command: string,
+  args: readonly string[],
+  cwd: string,
+  timeoutMs: number,
+): Promise<RunResult> {
+  const result = await run(command, args, cwd, timeoutMs);
+  if (result.code !== 0) {
+    throw new Error(
+      `${what} failed (${result.signal ?? `exit ${result.code}`}):\n${result.stdout}${result.stderr}`,
+    );
+  }
+  return result;
+}
+
+// --- Files --------------------------------------------------------------------
+
+/** Every file under `dir`, as posix paths relative to it. */
+async function listFiles(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { recursive: true, withFileTypes: true });
+  return entries
+    .filter((entry) => entry.isFile())
+    .map((entry) => relative(dir, join(entry.parentPath, entry.name)).split(sep).join('/'))
+    .sort();
+}
+
+/** What a checkout holds that `npm pack` in a clean clone would not see. */
+function isBuildOrLocalState(path: string): boolean {
+  const parts = relative(ROOT, path).split(sep);
+  return (
+    parts.some((part) => part === 'node_modules' || part === 'dist' || part === '.git') ||
+    parts[0] === 'coverage' ||
+    parts.join('/').startsWith('bench/results/tmp') ||
+    path.endsWith('.tgz') ||
+    path.endsWith('.tsbuildinfo')
+  );
+}
+
+/** The package a bare import specifier names: `@scope/name/sub.js` -> `@scope/name`. */
+function packageOf(specifier: string): string {
+  const parts = specifier.split('/');
+  return specifier.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0]!;
+}
+
+const BUILTINS = new Set(builtinModules);
+const isBuiltin = (specifier: string): boolean =>
+  specifier.startsWith('node:') || BUILTINS.has(packageOf(specifier));
+
+interface Imports {
+  /** Loaded with the module: `from '...'`, `import '...'`. */
+  static: Set<string>;
+  /** Loaded when the code runs: `import('...')`. */
+  dynamic: Set<string>;
+  /** Named by the declarations (`.d.ts`), which a consumer's compiler must resolve. */
+  types: Set<string>;
+}
+
+/** Module specifiers a compiled file imports. */
+function importsOf(path: string, source: string, into: Imports): void {
+  const dynamic = [...source.matchAll(/\bimport\s*\(\s*['"]([^'"]+)['"]\s*\)/g)];
+  const fixed = [...source.matchAll(/(?:\bfrom\s*|^\s*import\s*)['"]([^'"]+)['"]/gm)];
+  if (path.endsWith('.d.ts')) {
+    for (const match of [...dynamic, ...fixed]) into.types.add(match[1]!);
+  } else {
+    for (const match of dynamic) into.dynamic.add(match[1]!);
+    for (const match of fixed) into.static.add(match[1]!);
+  }
+}
+
+interface PackageJson {
+  name: string;
+  version: string;
+  main?: string;
+  types?: string;
+  exports?: Record<string, string | Record<string, string>>;
+  dependencies?: Record<string, string>;
+  peerDependencies?: Record<string, string>;
+  peerDependenciesMeta?: Record<string, { optional?: boolean }>;
+}
+
+async function readJson<T>(path: string): Promise<T> {
+  return JSON.parse(await readFile(path, 'utf8')) as T;
+}
+
+// --- The consumer app ---------------------------------------------------------
+
+/** The versions this repository runs its tests with, so npm finds them in its cache. */
+async function installedVersion(name: string): Promise<string> {
+  return (await readJson<PackageJson>(join(ROOT, 'node_modules', name, 'package.json'))).version;
+}
+
+const CONSUMER_TSCONFIG = {
+  compilerOptions: {
+    target: 'ES2022',
+    module: 'NodeNext',
+    moduleResolution: 'NodeNext',
+    strict: true,
+    experimentalDecorators: true,
+    emitDecoratorMetadata: true,
+    // Checked, so errors in the published .d.ts files fail the test.
+    skipLibCheck: false,
+    types: ['node'],
+    rootDir: '.',
+    outDir: 'out',
+  },
+  files: ['main.ts'],
+};
+
+/**
+ * What a user writes: decorators compiled by tsc (Nest injects by their
+ * metadata), the package imported by name, run with plain `node`. Prints one
+ * JSON line.
+ */
+const CONSUMER_MAIN = `import 'reflect-metadata';
+import { Injectable, Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import {
+  FencingToken,
+  LockBusyError,
+  LockService,
+  Locked,
+  RedisLockModule,
+  type Lock,
+  type RedisLockModuleOptions,
+} from 'nestjs-redis-lock';
+import { LockEngine } from 'nestjs-redis-lock/engine';
+
+@Injectable()
+class Orders {
+  @Locked('order:<0>')
+  async pay(id: number, @FencingToken() token?: number): Promise<{ id: number; token?: number }> {
+    return { id, token };
+  }
+
+  @Locked('order:<0>', { wait: false })
+  async payNow(id: number): Promise<number> {
+    return id;
+  }
+}
+
+const options: RedisLockModuleOptions = { nodes: [process.argv[2]!] };
+
+@Module({ imports: [RedisLockModule.forRoot(options)], providers: [Orders] })
+class AppModule {}
+
+// The published types are checked, not any: nodes is an array.
+// @ts-expect-error
+RedisLockModule.forRoot({ nodes: 'redis://127.0.0.1:6379' });
+
+const errorName = (error: unknown): string =>
+  error instanceof LockBusyError ? 'LockBusyError' : String(error);
+
+const app = await NestFactory.createApplicationContext(AppModule, { logger: false });
+try {
+  const locks = app.get(LockService);
+  const orders = app.get(Orders);
+
+  const first: Lock = await locks.acquire('manual');
+  const whileHeld = await locks.tryAcquire('manual').then(() => 'acquired', errorName);
+  const release = await first.release();
+  const second = await locks.acquire('manual');
+  await second.release();
+
+  const paid = await orders.pay(42);
+  const paidAgain = await orders.pay(42);
+
+  const holding = await locks.acquire('order:7');
+  const payNowWhileHeld = await orders.payNow(7).then(() => 'ran', errorName);
+  await holding.release();
+  const payNowAfter = await orders.payNow(7);
+
+  const deepImport = await import('nestjs-redis-lock/dist/index.js' as string).then(
+    () => 'imported',
+    (error: NodeJS.ErrnoException) => error.code,
+  );
+
+  console.log(
+    JSON.stringify({
+      tokens: [first.token, second.token],
+      whileHeld,
+      released: release.released,
+      paid,
+      paidAgain,
+      payNowWhileHeld,
+      payNowAfter,
+      serviceIsEngine: locks instanceof LockEngine,
+      deepImport,
+    }),
+  );
+} finally {
+  await app.close();
+}
+`;
+
+// --- The specification --------------------------------------------------------
+
+describe('the npm package: packed, then installed in a fresh Nest 12 app', () => {
+  const redis = useRedisNodes(1);
+  let work: string | undefined;
+  let packageDir: string;
+  let tarball: string;
+  let packed: { size: number; unpackedSize: number; filename: string };
+  let files: string[];
+  let extracted: string;
+  let manifest: PackageJson;
+
+  beforeAll(async () => {
+    work = await mkdtemp(join(tmpdir(), 'redis-lock-pack-'));
+    packageDir = join(work, 'repo');
+    await cp(ROOT, packageDir, {
+      recursive: true,
+      filter: (source) => !isBuildOrLocalState(source),
+    });
+    await symlink(join(ROOT, 'node_modules'), join(packageDir, 'node_modules'), 'dir');
+
+    const { stdout } = await mustRun(
+      'npm pack',
+      'npm',
+      ['pack', '--json', '--pack-destination', work, ...NPM_FLAGS],
+      packageDir,
+      80_000,
+    );
+    [packed] = JSON.parse(stdout) as [typeof packed];
+    tarball = join(work, packed.filename);
+
+    extracted = join(work, 'extracted');
+    await mkdir(extracted);
+    await mustRun('tar', 'tar', ['-xzf', tarball, '-C', extracted], work, 10_000);
+    extracted = join(extracted, 'package');
+    files = await listFiles(extracted);
+    manifest = await readJson<PackageJson>(join(extracted, 'package.json'));
+  }, 90_000);
+
+  afterAll(async () => {
+    for (const child of running) killGroup(child);
+    if (work) await rm(work, { recursive: true, force: true });
+  });
+
+  it('builds on pack (prepack) and ships the JS and type declarations of every module in lib/', async () => {
+    const modules = (await listFiles(join(packageDir, 'lib')))
+      .filter((path) => path.endsWith('.ts') && !path.endsWith('.d.ts'))
+      .filter((path) => !path.endsWith('.spec.ts'))
+      .map((path) => path.replace(/\.ts$/, ''));
+    expect(modules).toContain('index');
+    const expected = modules.flatMap((path) => [`dist/${path}.js`, `dist/${path}.d.ts`]);
+    expect(expected.filter((path) => !files.includes(path))).toEqual([]);
+    expect(files).toEqual(
+      expect.arrayContaining(['dist/index.js', 'dist/index.d.ts', 'dist/engine/index.js']),
+    );
+  });
+
+  it('ships only dist/, package.json, README.md and LICENSE: no sources, tests, sample or benchmarks', () => {
+    // npm leaves out a file named in "files" that does not exist without a word.
+    const topLevel = ['LICENSE', 'README.md', 'package.json'];
+    expect(files).toEqual(expect.arrayContaining(topLevel));
+    const stray = files.filter(
+      (path) => !topLevel.includes(path) && !/^dist\/.+\.(js|d\.ts)(\.map)?$/.test(path),
+    );
+    expect(stray).toEqual([]);
+  });
+
+  it('ships no source map that points at sources left out of the package', async () => {
+    const dangling: string[] = [];
+    for (const path of files.filter((file) => /\.(js|d\.ts)$/.test(file))) {
+      const source = await readFile(join(extracted, path), 'utf8');
+      const url = /\/\/# sourceMappingURL=(\S+)\s*$/.exec(source)?.[1];
+      if (url && !url.startsWith('data:')) {
+        const map = posix.join(posix.dirname(path), url);
+        if (!files.includes(map)) dangling.push(`${path} -> ${map}`);
+      }
+    }
+    for (const path of files.filter((file) => file.endsWith('.map'))) {
+      const map = await readJson<{
+        sourceRoot?: string;
+        sources: string[];
+        sourcesContent?: (string | null)[];
+      }>(join(extracted, path));
+      map.sources.forEach((source, index) => {
+        if (map.sourcesContent?.[index] != null) return;
+        const target = posix.join(posix.dirname(path), map.sourceRoot ?? '', source);
+        if (!files.includes(target)) dangling.push(`${path} -> ${target}`);
+      });
+    }
+    expect(dangling).toEqual([]);
+  });
+
+  it('is a small tarball', () => {
+    expect(packed.size).toBeLessThan(100_000);
+    expect(packed.unpackedSize).toBeLessThan(400_000);
+  });
+
+  it('ships every entry point that package.json names', () => {
+    const targets = [
+      manifest.main,
+      manifest.types,
+      ...Object.values(manifest.exports ?? {}).flatMap((target) =>
+        typeof target === 'string' ? [target] : Object.values(target),
+      ),
+    ].map((target) => posix.normalize(target ?? '(missing)'));
+    expect(Object.keys(manifest.exports ?? {}).sort()).toEqual(['.', './engine', './package.json']);
+    expect(targets.filter((target) => !files.includes(target))).toEqual([]);
+  });
+
+  it('accepts Nest 11 and 12 and ioredis 5 and 6 as peers, and needs no dependencies of its own', () => {
+    const majors = (range: string | undefined): string[] =>
+      (range ?? '').split('||').map((part) => /^\s*\^(\d+)\./.exec(part)?.[1] ?? part.trim());
+    const peers = manifest.peerDependencies ?? {};
+    for (const nest of ['@nestjs/common', '@nestjs/core'])
+      expect(majors(peers[nest])).toEqual(expect.arrayContaining(['11', '12']));
+    expect(majors(peers.ioredis)).toEqual(expect.arrayContaining(['5', '6']));
+    expect(peers).toHaveProperty('reflect-metadata');
+    expect(peers).toHaveProperty('rxjs');
+    expect(manifest.dependencies ?? {}).toEqual({});
+  });
+
+  it('imports only Node built-ins and peers, and loads the optional transport peers on demand only', async () => {
+    const imports: Imports = { static: new Set(), dynamic: new Set(), types: new Set() };
+    for (const path of files.filter((file) => /\.(js|d\.ts)$/.test(file)))
+      importsOf(path, await readFile(join(extracted, path), 'utf8'), imports);
+    const bare = (specifiers: Set<string>): string[] =>
+      [...specifiers].filter((s) => !s.startsWith('.') && !isBuiltin(s)).map(packageOf);
+    const peers = manifest.peerDependencies ?? {};
+    const optional = Object.keys(peers).filter(
+      (name) => manifest.peerDependenciesMeta?.[name]?.optional,
+    );
+
+    const undeclared = [
+      ...bare(imports.static),
+      ...bare(imports.dynamic),
+      ...bare(imports.types),
+    ].filter((name) => !(name in peers));
+    expect([...new Set(undeclared)]).toEqual([]);
+    expect(bare(imports.static).filter((name) => optional.includes(name))).toEqual([]);
+    expect(optional.sort()).toEqual(['@nestjs/microservices', '@nestjs/websockets']);
+    expect([...new Set(bare(imports.dynamic))].sort()).toEqual(optional);
+  });
+
+  describe('installed from the tarball', () => {
+    let app: string;
+    let typecheck: RunResult;
+
+    beforeAll(async () => {
+      app = join(work!, 'app');
+      await mkdir(app);
+      const dependencies: Record<string, string> = { 'nestjs-redis-lock': `file:${tarball}` };
+      for (const name of [
+        '@nestjs/common',
+        '@nestjs/core',
+        '@nestjs/platform-express',
+        'ioredis',
+        'reflect-metadata',
+        'rxjs',
+      ])
+        dependencies[name] = await installedVersion(name);
+      await writeFile(
+        join(app, 'package.json'),
+        JSON.stringify(
+          {
+            name: 'fresh-nest-app',
+            private: true,
+            type: 'module',
+            dependencies,
+            devDependencies: { '@types/node': await installedVersion('@types/node') },
+          },
+          null,
+          2,
+        ),
+      );
+      await mustRun('npm install', 'npm', ['install', ...NPM_FLAGS], app, 45_000);
+
+      await writeFile(join(app, 'tsconfig.json'), JSON.stringify(CONSUMER_TSCONFIG, null, 2));
+      await writeFile(join(app, 'main.ts'), CONSUMER_MAIN);
+      typecheck = await run(process.execPath, [TSC, '-p', 'tsconfig.json'], app, 40_000);
+    }, 90_000);
+
+    it('is a real install of the packed files, without the optional transport peers', async () => {
+      const installed = join(app, 'node_modules/nestjs-redis-lock');
+      expect((await lstat(installed)).isSymbolicLink()).toBe(false);
+      expect(await listFiles(installed)).toEqual(files);
+      expect(existsSync(join(app, 'node_modules/@nestjs/microservices'))).toBe(false);
+      expect(existsSync(join(app, 'node_modules/@nestjs/websockets'))).toBe(false);
+    });
+
+    it('type-checks a TypeScript consumer against the published declarations (NodeNext)', () => {
+      expect(typecheck.stdout + typecheck.stderr).toBe('');
+      expect(typecheck.code).toBe(0);
+    });
+
+    it('boots RedisLockModule.forRoot with plain node, locks through LockService and @Locked(), and exits', async () => {
+      const main = join(app, 'out/main.js');
+      expect(existsSync(main)).toBe(true);
+      const result = await mustRun(
+        'the consumer app',
+        process.execPath,
+        [main, redis.nodes[0]!.url],
+        dirname(main),
+        20_000,
+      );
+      const output = JSON.parse(result.stdout.trim().split('\n').at(-1)!) as Record<
+        string,
+        unknown
+      >;
+      const tokens = output.tokens as number[];
+      expect(tokens[0]).toBeGreaterThan(0);
+      expect(tokens[1]).toBeGreaterThan(tokens[0]!);
+      const paid = output.paid as { token: number };
+      const paidAgain = output.paidAgain as { token: number };
+      expect(output).toMatchObject({
+        whileHeld: 'LockBusyError',
+        released: true,
+        paid: { id: 42, token: expect.any(Number) },
+        paidAgain: { id: 42 },
+        payNowWhileHeld: 'LockBusyError',
+        payNowAfter: 7,
+        serviceIsEngine: true,
+        deepImport: 'ERR_PACKAGE_PATH_NOT_EXPORTED',
+      });
+      expect(paidAgain.token).toBeGreaterThan(paid.token);
+    });
+  });
+});
