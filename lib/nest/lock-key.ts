@@ -128,6 +128,14 @@ function render(
     }
     key += encodeValue(value, () => `@Locked('${template}') on ${where}: ${part.text}`);
   }
+  // Encoding can triple a value, and several values add up: catch it here, as a key error,
+  // rather than as the engine's LockOptionsError (which no transport maps to 400).
+  if (key.length > MAX_RESOURCE_LENGTH) {
+    throw new LockKeyError(
+      `@Locked('${template}') on ${where} makes a key of ${key.length} characters once its values are encoded; ` +
+        `at most ${MAX_RESOURCE_LENGTH} are allowed. Use shorter values, or a function key that hashes them.`,
+    );
+  }
   return key;
 }
 
@@ -141,6 +149,13 @@ function encodeValue(value: unknown, where: () => string): string {
   if (typeof value === 'string') {
     if (value.length === 0)
       throw new LockKeyError(`${where()} is an empty string; a lock key needs a value.`);
+    // A lone surrogate has no UTF-8 form: percent-encoding would turn every one of them
+    // into U+FFFD's bytes, so distinct values would share a key.
+    if (LONE_SURROGATE.test(value)) {
+      throw new LockKeyError(
+        `${where()} is not well-formed Unicode (it contains a lone surrogate), so it cannot be encoded into a lock key.`,
+      );
+    }
     text = value;
   } else if (typeof value === 'number') {
     if (!Number.isFinite(value))
@@ -171,6 +186,7 @@ function encodeValue(value: unknown, where: () => string): string {
 }
 
 const SAFE_VALUE = /^[\w.~-]*$/;
+const LONE_SURROGATE = /\p{Cs}/u;
 const UNSAFE_CHARACTER = /[^\w.~-]/gu;
 
 function percentEncode(character: string): string {

@@ -14,15 +14,24 @@ import { REDIS_LOCK_MODULE_OPTIONS } from './redis-lock.module-definition.js';
 import type { RedisLockModuleOptions } from './redis-lock-module-options.interface.js';
 
 /**
+ * The applications whose set-up a shared prototype carries, latest last: when
+ * one of two live applications closes, the other's request-scoped and
+ * transient instances must keep theirs.
+ */
+const prototypeOwners = new WeakMap<object, LockedRuntime[]>();
+
+/**
  * Finds the controllers and providers with `@Locked()` methods and gives them
- * this application's LockService. Static instances get it on themselves;
- * their classes' prototypes get it too, for request-scoped and transient
- * instances that Nest creates later.
+ * this application's LockService. Singleton instances get it on themselves, so
+ * an object of the same class made with `new` stays unset and fails closed.
+ * Request-scoped and transient instances, which Nest makes later (per request,
+ * per consumer), find it on their class's prototype.
  */
 @Injectable()
 export class LockedMethodsExplorer implements OnModuleInit, OnApplicationShutdown {
   private readonly runtime: LockedRuntime;
-  private readonly installed: object[] = [];
+  private readonly instances: object[] = [];
+  private readonly prototypes: object[] = [];
   private readonly logger = new Logger('RedisLock');
 
   constructor(
@@ -40,38 +49,49 @@ export class LockedMethodsExplorer implements OnModuleInit, OnApplicationShutdow
   }
 
   onModuleInit(): void {
-    const seen = new Set<object>();
+    const locked = new Map<object, boolean>();
+    const prototypes = new Set<object>();
     for (const wrapper of [...this.discovery.getControllers(), ...this.discovery.getProviders()]) {
       const prototype = this.prototypeOf(wrapper);
-      if (!prototype || seen.has(prototype) || !this.hasLockedMethods(prototype)) continue;
-      seen.add(prototype);
-      this.install(prototype);
+      if (!prototype) continue;
+      if (!locked.has(prototype)) locked.set(prototype, this.hasLockedMethods(prototype));
+      if (!locked.get(prototype)) continue;
+      // One class can back several singletons (provided in two modules, or under two tokens).
       const { instance } = wrapper;
-      if (wrapper.isDependencyTreeStatic() && instance && typeof instance === 'object')
-        this.install(instance);
-      else
+      if (
+        wrapper.isDependencyTreeStatic() &&
+        !wrapper.isTransient &&
+        instance &&
+        typeof instance === 'object'
+      ) {
+        setRuntime(instance, this.runtime);
+        this.instances.push(instance);
+      } else if (!prototypes.has(prototype)) {
+        prototypes.add(prototype);
+        const owners = prototypeOwners.get(prototype) ?? [];
+        prototypeOwners.set(prototype, [...owners, this.runtime]);
+        setRuntime(prototype, this.runtime);
+        this.prototypes.push(prototype);
         this.logger.debug?.(
           `${wrapper.name as string} is request-scoped or transient: its @Locked() methods use the class's set-up.`,
         );
+      }
     }
   }
 
   onApplicationShutdown(): void {
-    for (const target of this.installed) {
-      if ((target as Record<symbol, unknown>)[LOCKED_RUNTIME] === this.runtime) {
-        delete (target as Record<symbol, unknown>)[LOCKED_RUNTIME];
+    for (const instance of this.instances) {
+      if ((instance as Record<symbol, unknown>)[LOCKED_RUNTIME] === this.runtime) {
+        setRuntime(instance, undefined);
       }
     }
-    this.installed.length = 0;
-  }
-
-  private install(target: object): void {
-    Object.defineProperty(target, LOCKED_RUNTIME, {
-      value: this.runtime,
-      configurable: true,
-      writable: true,
-    });
-    this.installed.push(target);
+    for (const prototype of this.prototypes) {
+      const owners = (prototypeOwners.get(prototype) ?? []).filter((r) => r !== this.runtime);
+      prototypeOwners.set(prototype, owners);
+      setRuntime(prototype, owners.at(-1));
+    }
+    this.instances.length = 0;
+    this.prototypes.length = 0;
   }
 
   private prototypeOf(wrapper: InstanceWrapper): object | undefined {
@@ -87,5 +107,17 @@ export class LockedMethodsExplorer implements OnModuleInit, OnApplicationShutdow
       .some((name) =>
         Reflect.hasMetadata(LOCKED_METADATA, (prototype as Record<string, object>)[name]),
       );
+  }
+}
+
+function setRuntime(target: object, runtime: LockedRuntime | undefined): void {
+  if (runtime) {
+    Object.defineProperty(target, LOCKED_RUNTIME, {
+      value: runtime,
+      configurable: true,
+      writable: true,
+    });
+  } else {
+    delete (target as Record<symbol, unknown>)[LOCKED_RUNTIME];
   }
 }

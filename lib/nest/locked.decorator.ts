@@ -233,6 +233,9 @@ function lockedStream(
     let inner: Subscription | undefined;
     let stop: (() => void) | undefined;
     let closed = false;
+    // A subscriber that leaves while the lock is still awaited stops the wait too,
+    // instead of leaving it to run on and briefly take a lock nobody wants.
+    const abandoned = new AbortController();
     let failure: { error: unknown } | undefined;
     const run = (lock: Lock) =>
       new Promise<void>((resolve) => {
@@ -254,7 +257,9 @@ function lockedStream(
           }
         });
       });
-    const held = p.reused ? run(p.reused) : p.engine.using(p.missing, run, p.options);
+    const held = p.reused
+      ? run(p.reused)
+      : p.engine.using(p.missing, run, { ...p.options, signal: abandoned.signal });
     held.then(
       () => {
         if (closed) return;
@@ -276,6 +281,7 @@ function lockedStream(
       closed = true;
       inner?.unsubscribe();
       stop?.();
+      abandoned.abort();
     };
   });
 }

@@ -1,0 +1,49 @@
+import type { LockEngine, LockEvents } from '../../lib/engine/index.js';
+
+type EventName = keyof LockEvents;
+type EventOf<N extends EventName> = LockEvents[N][0];
+
+function resourcesOf(event: EventOf<EventName>): readonly string[] {
+  return 'lock' in event ? event.lock.resources : event.resources;
+}
+
+/**
+ * Resolves with the `count`-th `name` event (default: the next one) whose
+ * resources include `resource`. Listening starts when this is called, so call
+ * it before the action that causes the event.
+ */
+export function nextLockEvent<N extends EventName>(
+  engine: LockEngine,
+  name: N,
+  resource: string,
+  count = 1,
+): Promise<EventOf<N>> {
+  return new Promise((resolve) => {
+    let seen = 0;
+    const listener = (event: EventOf<N>) => {
+      if (!resourcesOf(event).includes(resource) || ++seen < count) return;
+      engine.off(name, listener as never);
+      resolve(event);
+    };
+    engine.on(name, listener as never);
+  });
+}
+
+/** Counts the `name` events about `resource` from now on; `stop()` detaches. */
+export function countLockEvents(
+  engine: LockEngine,
+  name: EventName,
+  resource: string,
+): { readonly count: number; stop(): void } {
+  let count = 0;
+  const listener = (event: EventOf<EventName>) => {
+    if (resourcesOf(event).includes(resource)) count++;
+  };
+  engine.on(name, listener as never);
+  return {
+    get count() {
+      return count;
+    },
+    stop: () => void engine.off(name, listener as never),
+  };
+}
