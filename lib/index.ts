@@ -16,6 +16,7 @@ export type {
   LockedDefaults,
   LockedOptions,
   RedisLockModuleOptions,
+  RedisLockOptionsFactory,
 } from './nest/redis-lock-module-options.interface.js';
 
 // The engine, usable without Nest

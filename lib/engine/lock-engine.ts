@@ -143,7 +143,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       if (request.retry.attempts > 0 && this.queues.has(request.queueId)) {
         // Others of this process already wait for these keys: line up behind them.
         ticket = await this.lineUp(request);
-        await this.waitTurn(ticket, 0, deadline, request);
+        await this.waitTurn(ticket, 0, deadline, request, 0);
       }
       for (let attempt = 1; ; attempt++) {
         ticket?.attempting();
@@ -184,13 +184,13 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
         // A holder that crashed frees the lock when its lease ends; no need to sleep past that.
         if (outcome.retryAfter !== undefined) delay = Math.min(delay, outcome.retryAfter + 1);
         if (!outcome.busy) {
-          await this.pause(Math.min(delay, deadline - now), request);
+          await this.pause(Math.min(delay, deadline - now), request, attempt);
         } else if (!ticket) {
           ticket = await this.lineUp(request);
           // A release may have come before the subscription was in place: the head asks again now.
-          if (!ticket.isHead) await this.waitTurn(ticket, delay, deadline, request);
+          if (!ticket.isHead) await this.waitTurn(ticket, delay, deadline, request, attempt);
         } else {
-          await this.waitTurn(ticket, delay, deadline, request);
+          await this.waitTurn(ticket, delay, deadline, request, attempt);
         }
       }
     } finally {
@@ -213,11 +213,16 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     delay: number,
     deadline: number,
     request: Request,
+    attempts: number,
   ): Promise<void> {
     try {
       await ticket.wait(delay, deadline, request.signal);
     } catch {
-      throw new LockAbortedError(request.resources, request.signal?.reason);
+      throw this.failed(
+        request,
+        attempts,
+        new LockAbortedError(request.resources, request.signal?.reason),
+      );
     }
   }
 
@@ -522,11 +527,15 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       node.run(RELEASE, keys, [value, this.notify]).catch(() => undefined);
   }
 
-  private async pause(ms: number, request: Request): Promise<void> {
+  private async pause(ms: number, request: Request, attempts: number): Promise<void> {
     try {
       await sleep(ms, undefined, request.signal ? { signal: request.signal } : undefined);
     } catch {
-      throw new LockAbortedError(request.resources, request.signal?.reason);
+      throw this.failed(
+        request,
+        attempts,
+        new LockAbortedError(request.resources, request.signal?.reason),
+      );
     }
   }
 

@@ -2,6 +2,7 @@ import {
   BadRequestException,
   ConflictException,
   Injectable,
+  Logger,
   Optional,
   ServiceUnavailableException,
   type CallHandler,
@@ -10,7 +11,13 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { catchError, from, mergeMap, throwError, type Observable } from 'rxjs';
-import { LockBusyError, LockUnavailableError, type Lock, type LockError } from '../engine/index.js';
+import {
+  LockBusyError,
+  LockTimeoutError,
+  LockUnavailableError,
+  type Lock,
+  type LockError,
+} from '../engine/index.js';
 import { attachRequestLocks, lockStorage, RequestLocks, type LockFrame } from './lock-context.js';
 import { isLockFailure } from './lock-failures.js';
 import { LockKeyError } from './locked-errors.js';
@@ -42,6 +49,8 @@ const EMPTY: ReadonlyMap<string, Lock> = new Map();
  */
 @Injectable()
 export class LockContextInterceptor implements NestInterceptor {
+  protected readonly logger = new Logger('RedisLock');
+
   constructor(@Optional() protected readonly adapterHost?: HttpAdapterHost) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
@@ -86,6 +95,9 @@ export class LockContextInterceptor implements NestInterceptor {
   protected async toTransportError(error: LockError, context: ExecutionContext): Promise<unknown> {
     const body = lockFailureBody(error);
     if (!body) return error;
+    // The client hears little; the operator hears what it needs to act.
+    if (body.statusCode === 503) this.logger.error(error.message);
+    else if (body.statusCode === 400) this.logger.warn(error.message);
     const type = context.getType<string>();
     if (type === 'http') {
       if (body.retryAfter !== undefined) this.setRetryAfter(context, body.retryAfter);
@@ -117,14 +129,26 @@ export class LockContextInterceptor implements NestInterceptor {
   }
 }
 
-/** The client-facing body of a lock failure; undefined for errors that are not the client's concern. */
+/**
+ * The client-facing body of a lock failure; undefined for errors that are not
+ * the client's concern. It names no resource, class or template: those go to
+ * the server's log.
+ */
 export function lockFailureBody(error: LockError): LockFailureBody | undefined {
   if (error instanceof LockBusyError) {
+    const retry =
+      error.retryAfter === undefined
+        ? ''
+        : ` Retry in ${Math.max(1, Math.ceil(error.retryAfter / 1000))} s.`;
+    const message =
+      error instanceof LockTimeoutError
+        ? `Busy: another request kept this resource locked for longer than the wait allows.${retry}`
+        : `Busy: another request holds the lock on this resource.${retry}`;
     return {
       statusCode: 409,
       error: 'Conflict',
       code: error.code,
-      message: error.message,
+      message,
       retryAfter: error.retryAfter,
     };
   }
@@ -137,7 +161,12 @@ export function lockFailureBody(error: LockError): LockFailureBody | undefined {
     };
   }
   if (error instanceof LockKeyError) {
-    return { statusCode: 400, error: 'Bad Request', code: error.code, message: error.message };
+    return {
+      statusCode: 400,
+      error: 'Bad Request',
+      code: error.code,
+      message: error.publicMessage,
+    };
   }
   return undefined;
 }

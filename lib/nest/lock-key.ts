@@ -126,7 +126,7 @@ function render(
           ? undefined
           : (value as Record<string, unknown>)[name];
     }
-    key += encodeValue(value, () => `@Locked('${template}') on ${where}: ${part.text}`);
+    key += encodeValue(value, part.text, () => `@Locked('${template}') on ${where}`);
   }
   // Encoding can triple a value, and several values add up: catch it here, as a key error,
   // rather than as the engine's LockOptionsError (which no transport maps to 400).
@@ -134,6 +134,7 @@ function render(
     throw new LockKeyError(
       `@Locked('${template}') on ${where} makes a key of ${key.length} characters once its values are encoded; ` +
         `at most ${MAX_RESOURCE_LENGTH} are allowed. Use shorter values, or a function key that hashes them.`,
+      'The request cannot be locked: its lock key is too long.',
     );
   }
   return key;
@@ -144,22 +145,28 @@ function render(
  * `_ . ~ -` is percent-encoded, so a value such as `'1:admin'` cannot forge
  * the structure of another key (`order:1:admin` vs `order:<0>:admin`).
  */
-function encodeValue(value: unknown, where: () => string): string {
+function encodeValue(value: unknown, placeholder: string, where: () => string): string {
+  // The developer's message names the method and template; the client's names only the value.
+  const fail = (problem: string, advice: string): never => {
+    throw new LockKeyError(
+      `${where()}: ${placeholder} ${problem}; ${advice}`,
+      `The request cannot be locked: ${placeholder} ${problem}.`,
+    );
+  };
   let text: string;
   if (typeof value === 'string') {
-    if (value.length === 0)
-      throw new LockKeyError(`${where()} is an empty string; a lock key needs a value.`);
+    if (value.length === 0) fail('is an empty string', 'a lock key needs a value.');
     // A lone surrogate has no UTF-8 form: percent-encoding would turn every one of them
     // into U+FFFD's bytes, so distinct values would share a key.
     if (LONE_SURROGATE.test(value)) {
-      throw new LockKeyError(
-        `${where()} is not well-formed Unicode (it contains a lone surrogate), so it cannot be encoded into a lock key.`,
+      fail(
+        'is not well-formed Unicode (it contains a lone surrogate)',
+        'it cannot be encoded into a lock key.',
       );
     }
     text = value;
   } else if (typeof value === 'number') {
-    if (!Number.isFinite(value))
-      throw new LockKeyError(`${where()} is ${value}; a lock key needs a finite number.`);
+    if (!Number.isFinite(value)) fail(`is ${value}`, 'a lock key needs a finite number.');
     text = String(value);
   } else if (typeof value === 'bigint') {
     text = String(value);
@@ -172,14 +179,15 @@ function encodeValue(value: unknown, where: () => string): string {
           : typeof value === 'object'
             ? 'an object'
             : typeof value;
-    throw new LockKeyError(
-      `${where()} is ${kind}; a lock key takes a string or a number. ` +
-        'Point the placeholder at a property (<0.id>) or pass a function key.',
+    return fail(
+      `is ${kind}`,
+      'a lock key takes a string or a number. Point the placeholder at a property (<0.id>) or pass a function key.',
     );
   }
   if (text.length > MAX_KEY_VALUE_LENGTH) {
-    throw new LockKeyError(
-      `${where()} is ${text.length} characters long; at most ${MAX_KEY_VALUE_LENGTH} go into a lock key.`,
+    fail(
+      `is ${text.length} characters long`,
+      `at most ${MAX_KEY_VALUE_LENGTH} go into a lock key.`,
     );
   }
   return SAFE_VALUE.test(text) ? text : text.replace(UNSAFE_CHARACTER, percentEncode);

@@ -3,6 +3,14 @@ import { LockError, LockOptionsError } from '../engine/index.js';
 /** A key template or its value cannot make a resource name; the message says which and why. */
 export class LockKeyError extends LockOptionsError {
   override readonly code = 'LOCK_INVALID_KEY';
+
+  constructor(
+    message: string,
+    /** What a client may be told (no class, method or template); set for call-time errors. */
+    readonly publicMessage = 'The request cannot be locked: its lock key could not be built.',
+  ) {
+    super(message);
+  }
 }
 
 /**

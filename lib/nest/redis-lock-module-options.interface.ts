@@ -46,3 +46,19 @@ export interface RedisLockModuleOptions extends LockEngineOptions {
    */
   contextInterceptor?: boolean;
 }
+
+/**
+ * A class for `RedisLockModule.forRootAsync({ useClass })` or `useExisting`.
+ *
+ * @example
+ * @Injectable()
+ * class LockConfig implements RedisLockOptionsFactory {
+ *   constructor(private readonly config: ConfigService) {}
+ *   createRedisLockOptions(): RedisLockModuleOptions {
+ *     return { nodes: this.config.getOrThrow<string>('LOCK_NODES').split(',') };
+ *   }
+ * }
+ */
+export interface RedisLockOptionsFactory {
+  createRedisLockOptions(): RedisLockModuleOptions | Promise<RedisLockModuleOptions>;
+}

@@ -4,6 +4,7 @@ import { once } from 'node:events';
 import { Redis } from 'ioredis';
 import {
   Lock,
+  LockAbortedError,
   LockBusyError,
   LockConfigurationError,
   LockEngine,
@@ -74,6 +75,21 @@ describe.each([1, 3, 5])('on %i node(s)', (count) => {
     expect(error).toBeInstanceOf(LockTimeoutError);
     expect((error as LockTimeoutError).attempts).toBeGreaterThan(1);
     expect(performance.now() - started).toBeLessThan(1000);
+    await lock.release();
+  });
+
+  it('reports an acquisition aborted while waiting as failed with LockAbortedError', async () => {
+    const resource = unique('aborted');
+    const lock = await engine.acquire(resource);
+    const controller = new AbortController();
+    const failed = new Promise<unknown>((resolve) =>
+      other.once('failed', ({ error }) => resolve(error)),
+    );
+    const waiting = other.acquire(resource, { signal: controller.signal });
+    await new Promise<void>((resolve) => other.once('contended', () => resolve()));
+    controller.abort();
+    await expect(waiting).rejects.toBeInstanceOf(LockAbortedError);
+    expect(await failed).toBeInstanceOf(LockAbortedError);
     await lock.release();
   });
 

@@ -584,9 +584,9 @@ describe('@Locked on provider methods', () => {
 
       const tooLong = await post(`/items/by-name/${'n'.repeat(201)}`);
       expect(tooLong.status).toBe(400);
-      expect(((await tooLong.json()) as { message: string }).message).toContain(
-        'ItemsController.byName',
-      );
+      // The client is told what is wrong with its value, not the class, method or template.
+      const tooLongMessage = ((await tooLong.json()) as { message: string }).message;
+      expect(tooLongMessage).toBe('The request cannot be locked: <0> is 201 characters long.');
       // Within the value limit, but too long once encoded: still the client's 400, not a 500.
       const encodedTooLong = await post(`/items/by-name/${'%2F'.repeat(200)}`);
       expect(encodedTooLong.status).toBe(400);

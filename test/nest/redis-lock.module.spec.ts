@@ -10,6 +10,7 @@ import {
   LockService,
   RedisLockModule,
   type RedisLockModuleOptions,
+  type RedisLockOptionsFactory,
 } from '../../lib/index.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import { quietLogger } from '../support/quiet-logger.js';
@@ -23,7 +24,7 @@ class OrdersService {
 }
 
 @Injectable()
-class LockOptionsFactory {
+class LockOptionsFactory implements RedisLockOptionsFactory {
   createRedisLockOptions(): RedisLockModuleOptions {
     return { nodes: nodeUrls(), ttl: 1234, logger: quietLogger() };
   }

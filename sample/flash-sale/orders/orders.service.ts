@@ -1,5 +1,5 @@
-import { HttpException, Inject, Injectable, Logger, NotFoundException } from '@nestjs/common';
-import { LockError, lockFailureBody, LockService, type Lock } from 'nestjs-redis-lock';
+import { Inject, Injectable, Logger, NotFoundException } from '@nestjs/common';
+import { LockService, type Lock } from 'nestjs-redis-lock';
 import { flashSaleConfig, type FlashSaleConfig } from '../flash-sale.config.js';
 import { AlreadyPaidException, StaleTokenException } from '../flash-sale.errors.js';
 import { PaymentsService } from '../payments/payments.service.js';
@@ -35,16 +35,12 @@ export class OrdersService {
    * instance can take over, and then this one's late write is refused by its
    * fencing token.
    */
-  async pay(orderId: number): Promise<Order> {
-    try {
-      return await this.locks.using(`order:${orderId}`, (lock) => this.capture(orderId, lock), {
-        ttl: this.config.orderLockTtlMs,
-      });
-    } catch (error) {
-      // LockService's errors are ours to map (only @Locked() methods get the interceptor's 409/503).
-      const body = error instanceof LockError ? lockFailureBody(error) : undefined;
-      throw body ? new HttpException(body, body.statusCode, { cause: error }) : error;
-    }
+  pay(orderId: number): Promise<Order> {
+    // A lock that cannot be had reaches the client as 409 (with Retry-After) or 503:
+    // the lock-context interceptor answers LockService's failures like @Locked()'s.
+    return this.locks.using(`order:${orderId}`, (lock) => this.capture(orderId, lock), {
+      ttl: this.config.orderLockTtlMs,
+    });
   }
 
   private async capture(orderId: number, lock: Lock): Promise<Order> {
