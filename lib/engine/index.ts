@@ -14,3 +14,4 @@ export {
   type UsingOptions,
 } from './lock-options.js';
 export { findRisks, type NodeFacts } from './node-checks.js';
+export type { LockHealth, LockInspection, NodeHealth, NodeLockState } from './lock-admin.js';

@@ -13,6 +13,7 @@ import {
   LockTimeoutError,
   LockUnavailableError,
 } from './lock-errors.js';
+import { LockAdmin, type LockHealth, type LockInspection } from './lock-admin.js';
 import { LockNode } from './lock-node.js';
 import {
   checkMs,
@@ -100,6 +101,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   private readonly retryPolicies = new WeakMap<RetryOptions, ResolvedRetry>();
   /** Hears releases from other processes; undefined when notifications are off. */
   private readonly channel: ReleaseChannel | undefined;
+  private readonly admin: LockAdmin;
   /** The release script's notify argument. */
   private readonly notify: '1' | '0';
 
@@ -109,6 +111,12 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     this.nodes = this.options.nodes.map((spec) => LockNode.from(spec));
     this.quorum = Math.floor(this.nodes.length / 2) + 1;
     this.notify = this.options.releaseNotifications ? '1' : '0';
+    this.admin = new LockAdmin(
+      this.nodes,
+      this.options.keyPrefix,
+      this.quorum,
+      this.nodeTimeout(this.options.ttl) * 5,
+    );
     if (this.options.releaseNotifications) {
       this.channel = new ReleaseChannel(this.nodes, (key) => this.queues.released(key));
     }
@@ -356,6 +364,43 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     if (this.listenerCount('failed') > 0)
       this.emit('failed', { resources: request.resources, attempts, error });
     return error;
+  }
+
+  /**
+   * What every node holds for `resource`: holder value, remaining lease and
+   * fence counter per node, and whether a quorum agrees on a holder.
+   */
+  inspect(resource: string): Promise<LockInspection> {
+    return this.admin.inspect(normalizeResources(resource)[0]);
+  }
+
+  /** Resources locked on any node whose name matches `pattern` (a Redis glob, e.g. `order:*`). */
+  list(pattern = '*', limit = 1000): Promise<string[]> {
+    return this.admin.list(pattern, limit);
+  }
+
+  /**
+   * Deletes a lock on every node, whoever holds it, and wakes its waiters:
+   * for operators clearing a stuck lock. Its holder is not told; fencing
+   * tokens keep its late writes out. Returns how many nodes had the key.
+   */
+  forceRelease(resource: string): Promise<number> {
+    return this.admin.forceRelease(normalizeResources(resource)[0]);
+  }
+
+  /**
+   * Raises every fence counter matching `pattern` on every node to the
+   * highest value any node has for it. Run it after a node lost its data
+   * (with `fenceCounterTtl: 0` this is required before it serves locks
+   * again). Returns how many counters were raised, per node.
+   */
+  reseedFences(pattern = '*'): Promise<Record<string, number>> {
+    return this.admin.reseedFences(this.options.fenceCounterTtl, pattern);
+  }
+
+  /** Pings every node: up or down, latency, and whether a quorum is reachable. */
+  health(): Promise<LockHealth> {
+    return this.admin.health();
   }
 
   /** Closes the connections the engine opened; clients passed in stay open. */

@@ -126,3 +126,20 @@ if ARGV[2] == '1' then
 end
 return #released`,
 );
+
+/**
+ * Re-seeding: raise a fence counter to a value found on another node, never
+ * lower it.
+ * KEYS: the fence counter. ARGV: value, counter ttl ms ('0': forever).
+ * Returns 1 when raised, 0 when it already was at least that high.
+ */
+export const RAISE_FENCE = script(
+  'raise-fence',
+  `if (tonumber(redis.call('GET', KEYS[1])) or 0) >= tonumber(ARGV[1]) then return 0 end
+if ARGV[2] == '0' then
+  redis.call('SET', KEYS[1], ARGV[1])
+else
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+return 1`,
+);

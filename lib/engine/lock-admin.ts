@@ -1,0 +1,246 @@
+import type { LockNode } from './lock-node.js';
+import { LockUnavailableError } from './lock-errors.js';
+import { RAISE_FENCE } from './lua-scripts.js';
+
+/** One node's view of a resource. */
+export interface NodeLockState {
+  readonly node: string;
+  /** The value holding the lock key, or null when free; undefined when the node did not answer. */
+  readonly holder: string | null | undefined;
+  /** Remaining lease in ms (-2: no key, -1: no expiry). */
+  readonly ttl: number | undefined;
+  /** The resource's fence counter on this node (the last token it issued), or null. */
+  readonly fence: number | null | undefined;
+  readonly error?: string;
+}
+
+/** What the nodes say about one resource. */
+export interface LockInspection {
+  readonly resource: string;
+  /** True when a quorum of nodes holds the same value. */
+  readonly held: boolean;
+  /** That value, when held. */
+  readonly holder: string | undefined;
+  /** The shortest remaining lease among the nodes holding that value. */
+  readonly ttl: number | undefined;
+  /** The highest fence counter on any node: the last token issued. */
+  readonly fence: number | undefined;
+  readonly nodes: readonly NodeLockState[];
+}
+
+/** How a node answered a ping. */
+export interface NodeHealth {
+  readonly node: string;
+  readonly up: boolean;
+  /** Round trip in ms, when up. */
+  readonly latency: number | undefined;
+  readonly error: string | undefined;
+}
+
+export interface LockHealth {
+  /** True when at least a quorum of nodes answered. */
+  readonly quorum: boolean;
+  readonly required: number;
+  readonly nodes: readonly NodeHealth[];
+}
+
+/** Node operations for administration: inspection, listing, forced release, fence re-seeding, health. */
+export class LockAdmin {
+  constructor(
+    private readonly nodes: readonly LockNode[],
+    private readonly keyPrefix: string,
+    private readonly quorum: number,
+    private readonly timeoutMs: number,
+  ) {}
+
+  lockKey(resource: string): string {
+    return `${this.keyPrefix}{${resource}}`;
+  }
+
+  async inspect(resource: string): Promise<LockInspection> {
+    const key = this.lockKey(resource);
+    const nodes = await Promise.all(
+      this.nodes.map(async (node): Promise<NodeLockState> => {
+        try {
+          const replies = await this.bounded(
+            node.client.multi().get(key).pttl(key).get(`${key}:fence`).exec(),
+          );
+          const [holder, ttl, fence] = (replies ?? []).map(([error, value]) => {
+            if (error) throw error;
+            return value;
+          }) as [string | null, number, string | null];
+          return { node: node.label, holder, ttl, fence: fence === null ? null : Number(fence) };
+        } catch (error) {
+          return {
+            node: node.label,
+            holder: undefined,
+            ttl: undefined,
+            fence: undefined,
+            error: (error as Error).message,
+          };
+        }
+      }),
+    );
+    const votes = new Map<string, number>();
+    for (const n of nodes) if (n.holder) votes.set(n.holder, (votes.get(n.holder) ?? 0) + 1);
+    const [holder, count] = [...votes].sort((a, b) => b[1] - a[1])[0] ?? [undefined, 0];
+    const held = count >= this.quorum;
+    const ttls = nodes.filter((n) => held && n.holder === holder).map((n) => n.ttl!);
+    const fences = nodes.map((n) => n.fence).filter((f): f is number => typeof f === 'number');
+    return {
+      resource,
+      held,
+      holder: held ? holder : undefined,
+      ttl: ttls.length > 0 ? Math.min(...ttls) : undefined,
+      fence: fences.length > 0 ? Math.max(...fences) : undefined,
+      nodes,
+    };
+  }
+
+  /**
+   * Resources with a lock key on any node, matching `pattern` (a Redis glob
+   * on the resource name, e.g. `order:*`), at most `limit` of them.
+   */
+  async list(pattern = '*', limit = 1000): Promise<string[]> {
+    const match = `${escapeGlob(this.keyPrefix)}{${pattern}}`;
+    const found = new Set<string>();
+    // A node that does not answer is skipped: a lock it holds is also held by a quorum of others.
+    await Promise.allSettled(
+      this.nodes.map(async (node) => {
+        for await (const key of this.scan(node, match)) {
+          if (found.size >= limit) break;
+          found.add(key.slice(this.keyPrefix.length + 1, -1));
+        }
+      }),
+    );
+    return [...found].sort().slice(0, limit);
+  }
+
+  /**
+   * Deletes the lock key of `resource` on every node, whoever holds it, and
+   * wakes its waiters. For operators: the holder is not told and may go on
+   * writing, which its fencing token guards against. Returns how many nodes
+   * had the key.
+   */
+  async forceRelease(resource: string): Promise<number> {
+    const key = this.lockKey(resource);
+    const deleted = await Promise.all(
+      this.nodes.map((node) =>
+        this.bounded(node.client.del(key))
+          .then(async (count) => {
+            await node.client.publish(key, '').catch(() => undefined);
+            return count;
+          })
+          .catch(() => 0),
+      ),
+    );
+    return deleted.reduce((sum, n) => sum + n, 0);
+  }
+
+  /**
+   * Raises every fence counter (matching `pattern`) on every node to the
+   * highest value any node has for it: the procedure for a node that lost its
+   * data, before it serves locks again. `ttl` is the counters' lifetime in ms
+   * (0: none). Returns how many counters were raised, per node label. Every
+   * node must answer: a node left out would keep its low counters, so this
+   * throws instead, naming it.
+   */
+  async reseedFences(ttl: number, pattern = '*'): Promise<Record<string, number>> {
+    const match = `${escapeGlob(this.keyPrefix)}{${pattern}}:fence`;
+    const keys = new Set<string>();
+    await this.everyNode('read the fence counters of', async (node) => {
+      for await (const key of this.scan(node, match)) keys.add(key);
+    });
+    const raised: Record<string, number> = Object.fromEntries(this.nodes.map((n) => [n.label, 0]));
+    for (const key of keys) {
+      const values = new Map<LockNode, string | null>();
+      await this.everyNode('read the fence counters of', async (node) => {
+        values.set(node, await this.bounded(node.client.get(key)));
+      });
+      const highest = Math.max(...[...values.values()].map((v) => (v === null ? 0 : Number(v))));
+      await this.everyNode('raise the fence counters of', async (node) => {
+        const value = values.get(node);
+        if (value !== null && value !== undefined && Number(value) >= highest) return;
+        if ((await this.bounded(node.run(RAISE_FENCE, [key], [highest, ttl]))) === 1)
+          raised[node.label]++;
+      });
+    }
+    return raised;
+  }
+
+  async health(): Promise<LockHealth> {
+    const nodes = await Promise.all(
+      this.nodes.map(async (node): Promise<NodeHealth> => {
+        const start = performance.now();
+        try {
+          await this.bounded(node.client.ping());
+          return {
+            node: node.label,
+            up: true,
+            latency: performance.now() - start,
+            error: undefined,
+          };
+        } catch (error) {
+          return {
+            node: node.label,
+            up: false,
+            latency: undefined,
+            error: (error as Error).message,
+          };
+        }
+      }),
+    );
+    return {
+      quorum: nodes.filter((n) => n.up).length >= this.quorum,
+      required: this.quorum,
+      nodes,
+    };
+  }
+
+  /** Runs `work` on every node; throws LockUnavailableError naming the nodes that failed. */
+  private async everyNode(what: string, work: (node: LockNode) => Promise<void>): Promise<void> {
+    const results = await Promise.allSettled(this.nodes.map(work));
+    const failures = results.flatMap((result, i) =>
+      result.status === 'rejected'
+        ? [
+            {
+              node: this.nodes[i].label,
+              error:
+                result.reason instanceof Error ? result.reason : new Error(String(result.reason)),
+            },
+          ]
+        : [],
+    );
+    if (failures.length > 0) {
+      throw new LockUnavailableError(['*'], failures, this.nodes.length, this.nodes.length, what);
+    }
+  }
+
+  private async *scan(node: LockNode, match: string): AsyncGenerator<string> {
+    let cursor = '0';
+    do {
+      const [next, keys] = await this.bounded(
+        node.client.scan(cursor, 'MATCH', match, 'COUNT', 1000),
+      );
+      cursor = next;
+      yield* keys;
+    } while (cursor !== '0');
+  }
+
+  private bounded<T>(work: Promise<T>): Promise<T> {
+    let timer: NodeJS.Timeout | undefined;
+    return Promise.race([
+      work,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`no answer within ${this.timeoutMs} ms`)),
+          this.timeoutMs,
+        );
+      }),
+    ]).finally(() => clearTimeout(timer));
+  }
+}
+
+function escapeGlob(text: string): string {
+  return text.replace(/[*?[\]\\]/g, '\\$&');
+}
