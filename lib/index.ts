@@ -12,6 +12,7 @@ export {
 export { LockKeyError, LockSetupError } from './nest/locked-errors.js';
 export { isLockFailure } from './nest/lock-failures.js';
 export type { LockKey, LockKeyFunction } from './nest/lock-key.js';
+export type { LockLogging } from './nest/lock-events.logger.js';
 export type {
   LockedDefaults,
   LockedOptions,
@@ -36,11 +37,13 @@ export {
   type AcquireOptions,
   type LockEngineOptions,
   type LockEvents,
+  type NodeResults,
   type LockHealth,
   type LockInspection,
   type NodeHealth,
   type NodeLockState,
   type LockLogger,
+  type ClusterNodeSpec,
   type LockNodeSpec,
   type NodeFailure,
   type ReleaseResult,

@@ -1,11 +1,17 @@
-export { LockEngine, normalizeResources, MAX_RESOURCE_LENGTH } from './lock-engine.js';
+export {
+  LockEngine,
+  normalizeResources,
+  resourceProblem,
+  MAX_RESOURCE_LENGTH,
+} from './lock-engine.js';
 export { Lock, type ReleaseResult } from './lock.js';
-export type { LockEvents } from './lock-events.js';
+export type { LockEvents, NodeResults } from './lock-events.js';
 export * from './lock-errors.js';
 export {
   LOCK_DEFAULTS,
   resolveEngineOptions,
   type AcquireOptions,
+  type ClusterNodeSpec,
   type LockEngineOptions,
   type LockLogger,
   type LockNodeSpec,
@@ -13,5 +19,5 @@ export {
   type RetryOptions,
   type UsingOptions,
 } from './lock-options.js';
-export { findRisks, type NodeFacts } from './node-checks.js';
+export { findRisks, type ClusterFacts, type NodeFacts, type ServerFacts } from './node-checks.js';
 export type { LockHealth, LockInspection, NodeHealth, NodeLockState } from './lock-admin.js';

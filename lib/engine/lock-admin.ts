@@ -1,5 +1,6 @@
-import type { LockNode } from './lock-node.js';
-import { LockUnavailableError } from './lock-errors.js';
+import type { Cluster, Redis } from 'ioredis';
+import { serverLabel, type LockNode } from './lock-node.js';
+import { LockUnavailableError, type NodeFailure } from './lock-errors.js';
 import { RAISE_FENCE } from './lua-scripts.js';
 
 /** One node's view of a resource. */
@@ -31,10 +32,13 @@ export interface LockInspection {
 /** How a node answered a ping. */
 export interface NodeHealth {
   readonly node: string;
+  /** For a cluster: true when every master answered. */
   readonly up: boolean;
-  /** Round trip in ms, when up. */
+  /** Round trip in ms, when up (a cluster's slowest master). */
   readonly latency: number | undefined;
   readonly error: string | undefined;
+  /** For a node that is a Redis Cluster: how each master answered. */
+  readonly masters?: readonly NodeHealth[];
 }
 
 export interface LockHealth {
@@ -104,15 +108,30 @@ export class LockAdmin {
   async list(pattern = '*', limit = 1000): Promise<string[]> {
     const match = `${escapeGlob(this.keyPrefix)}{${pattern}}`;
     const found = new Set<string>();
-    // A node that does not answer is skipped: a lock it holds is also held by a quorum of others.
-    await Promise.allSettled(
-      this.nodes.map(async (node) => {
-        for await (const key of this.scan(node, match)) {
-          if (found.size >= limit) break;
-          found.add(key.slice(this.keyPrefix.length + 1, -1));
-        }
-      }),
+    // A held lock stands on a quorum of nodes, so any n - quorum + 1 nodes that answer show
+    // every one of them; fewer could miss some, which is an error rather than a short list.
+    const results = await Promise.allSettled(
+      this.nodes.map((node) =>
+        Promise.all(
+          node.servers().map(async (server) => {
+            for await (const key of this.scan(server, match)) {
+              if (found.size >= limit) break;
+              found.add(key.slice(this.keyPrefix.length + 1, -1));
+            }
+          }),
+        ),
+      ),
     );
+    const failures = this.failuresOf(results);
+    if (this.nodes.length - failures.length < this.nodes.length - this.quorum + 1) {
+      throw new LockUnavailableError(
+        [pattern],
+        failures,
+        this.nodes.length - this.quorum + 1,
+        this.nodes.length,
+        'list',
+      );
+    }
     return [...found].sort().slice(0, limit);
   }
 
@@ -128,7 +147,7 @@ export class LockAdmin {
       this.nodes.map((node) =>
         this.bounded(node.client.del(key))
           .then(async (count) => {
-            await node.client.publish(key, '').catch(() => undefined);
+            await node.notifyRelease(key).catch(() => undefined);
             return count;
           })
           .catch(() => 0),
@@ -148,46 +167,75 @@ export class LockAdmin {
   async reseedFences(ttl: number, pattern = '*'): Promise<Record<string, number>> {
     const match = `${escapeGlob(this.keyPrefix)}{${pattern}}:fence`;
     const keys = new Set<string>();
-    await this.everyNode('read the fence counters of', async (node) => {
-      for await (const key of this.scan(node, match)) keys.add(key);
-    });
+    await this.everyNode(
+      'read the fence counters of',
+      async (node) => {
+        await Promise.all(
+          node.servers().map(async (server) => {
+            for await (const key of this.scan(server, match)) keys.add(key);
+          }),
+        );
+      },
+      pattern,
+    );
+    // Every counter of every node at once (the clients pipeline the reads), then the raises.
+    const list = [...keys];
+    const values = new Map<LockNode, (string | null)[]>();
+    await this.everyNode(
+      'read the fence counters of',
+      async (node) => {
+        values.set(node, await this.bounded(Promise.all(list.map((key) => node.client.get(key)))));
+      },
+      pattern,
+    );
+    const highest = list.map((_, k) =>
+      Math.max(...this.nodes.map((node) => Number(values.get(node)![k] ?? 0))),
+    );
     const raised: Record<string, number> = Object.fromEntries(this.nodes.map((n) => [n.label, 0]));
-    for (const key of keys) {
-      const values = new Map<LockNode, string | null>();
-      await this.everyNode('read the fence counters of', async (node) => {
-        values.set(node, await this.bounded(node.client.get(key)));
-      });
-      const highest = Math.max(...[...values.values()].map((v) => (v === null ? 0 : Number(v))));
-      await this.everyNode('raise the fence counters of', async (node) => {
-        const value = values.get(node);
-        if (value !== null && value !== undefined && Number(value) >= highest) return;
-        if ((await this.bounded(node.run(RAISE_FENCE, [key], [highest, ttl]))) === 1)
-          raised[node.label]++;
-      });
-    }
+    await this.everyNode(
+      'raise the fence counters of',
+      async (node) => {
+        const own = values.get(node)!;
+        const results = await this.bounded(
+          Promise.all(
+            list.map((key, k) =>
+              own[k] !== null && Number(own[k]) >= highest[k]
+                ? 0
+                : node.run(RAISE_FENCE, [key], [highest[k], ttl]),
+            ),
+          ),
+        );
+        raised[node.label] = results.filter((r) => r === 1).length;
+      },
+      pattern,
+    );
     return raised;
   }
 
   async health(): Promise<LockHealth> {
     const nodes = await Promise.all(
       this.nodes.map(async (node): Promise<NodeHealth> => {
-        const start = performance.now();
-        try {
-          await this.bounded(node.client.ping());
-          return {
-            node: node.label,
-            up: true,
-            latency: performance.now() - start,
-            error: undefined,
-          };
-        } catch (error) {
-          return {
-            node: node.label,
-            up: false,
-            latency: undefined,
-            error: (error as Error).message,
-          };
+        if (node.topology !== 'cluster') return this.ping(node.label, node.client);
+        // A lock's keys can live on any master: the cluster serves locks only while all answer.
+        const servers = node.servers();
+        if (servers.length === 0) {
+          const reason = node.connectionError?.message ?? 'the cluster is not connected';
+          return { node: node.label, up: false, latency: undefined, error: reason, masters: [] };
         }
+        const masters = await Promise.all(
+          servers.map((server) => this.ping(serverLabel(server), server)),
+        );
+        const down = masters.filter((m) => !m.up);
+        return {
+          node: node.label,
+          up: down.length === 0,
+          latency: down.length === 0 ? Math.max(...masters.map((m) => m.latency!)) : undefined,
+          error:
+            down.length === 0
+              ? undefined
+              : `${down.length} of ${masters.length} masters down (${down.map((m) => `${m.node}: ${m.error}`).join('; ')})`,
+          masters,
+        };
       }),
     );
     return {
@@ -197,31 +245,41 @@ export class LockAdmin {
     };
   }
 
-  /** Runs `work` on every node; throws LockUnavailableError naming the nodes that failed. */
-  private async everyNode(what: string, work: (node: LockNode) => Promise<void>): Promise<void> {
-    const results = await Promise.allSettled(this.nodes.map(work));
-    const failures = results.flatMap((result, i) =>
-      result.status === 'rejected'
-        ? [
-            {
-              node: this.nodes[i].label,
-              error:
-                result.reason instanceof Error ? result.reason : new Error(String(result.reason)),
-            },
-          ]
-        : [],
-    );
-    if (failures.length > 0) {
-      throw new LockUnavailableError(['*'], failures, this.nodes.length, this.nodes.length, what);
+  private async ping(label: string, client: Redis | Cluster): Promise<NodeHealth> {
+    const start = performance.now();
+    try {
+      await this.bounded(client.ping());
+      return { node: label, up: true, latency: performance.now() - start, error: undefined };
+    } catch (error) {
+      return { node: label, up: false, latency: undefined, error: (error as Error).message };
     }
   }
 
-  private async *scan(node: LockNode, match: string): AsyncGenerator<string> {
+  /** Runs `work` on every node; throws LockUnavailableError naming the nodes that failed. */
+  private async everyNode(
+    what: string,
+    work: (node: LockNode) => Promise<void>,
+    about = '*',
+  ): Promise<void> {
+    const failures = this.failuresOf(await Promise.allSettled(this.nodes.map(work)));
+    if (failures.length > 0) {
+      throw new LockUnavailableError([about], failures, this.nodes.length, this.nodes.length, what);
+    }
+  }
+
+  private failuresOf(results: readonly PromiseSettledResult<unknown>[]): NodeFailure[] {
+    return results.flatMap((result, i) =>
+      result.status === 'rejected'
+        ? [{ node: this.nodes[i].label, error: this.nodes[i].explain(result.reason) }]
+        : [],
+    );
+  }
+
+  /** SCAN of one server (a cluster node's keys are spread over its masters: scan each). */
+  private async *scan(server: Redis, match: string): AsyncGenerator<string> {
     let cursor = '0';
     do {
-      const [next, keys] = await this.bounded(
-        node.client.scan(cursor, 'MATCH', match, 'COUNT', 1000),
-      );
+      const [next, keys] = await this.bounded(server.scan(cursor, 'MATCH', match, 'COUNT', 1000));
       cursor = next;
       yield* keys;
     } while (cursor !== '0');

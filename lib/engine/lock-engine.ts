@@ -2,7 +2,7 @@ import { randomFillSync } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Lock, type LockOwner, type ReleaseResult } from './lock.js';
-import type { LockEvents } from './lock-events.js';
+import type { LockEvents, NodeResults } from './lock-events.js';
 import {
   LockAbortedError,
   LockBusyError,
@@ -42,6 +42,9 @@ const FENCE_SEED_SCALE = 1024;
 
 const SINGLE_ATTEMPT: RetryOptions = Object.freeze({ attempts: 0 });
 
+/** The options a single call takes (`autoExtend` only with using()). */
+const CALL_OPTIONS = new Set(['ttl', 'waitTimeout', 'retry', 'signal', 'autoExtend']);
+
 /** Longest resource name accepted; longer ones are almost always a key built from the wrong value. */
 export const MAX_RESOURCE_LENGTH = 512;
 
@@ -60,6 +63,10 @@ interface Request {
   readonly retry: ResolvedRetry;
   readonly waitTimeout: number;
   readonly signal: AbortSignal | undefined;
+  /** performance.now() when the acquisition began. */
+  readonly started: number;
+  /** Set once the acquisition waits (lines up or sleeps before another attempt), for the `waited` event. */
+  waiting: boolean;
 }
 
 /** Why an attempt did not produce a lock. */
@@ -68,7 +75,21 @@ interface Refusal {
   /** When busy: ms until enough nodes are free at the latest. */
   readonly retryAfter: number | undefined;
   readonly error: () => LockUnavailableError;
+  readonly round: RoundResult<AcquireReply>;
 }
+
+/** An attempt that produced a lock, with the round that granted it (for the events). */
+interface Grant {
+  readonly lock: Lock;
+  readonly round: RoundResult<AcquireReply>;
+}
+
+/** The counts of a round, as the events report them. */
+const nodeResults = (round: RoundResult<unknown>): NodeResults => ({
+  granted: round.yes,
+  denied: round.no,
+  failed: round.failed,
+});
 
 const isGranted = (reply: AcquireReply) => reply[0] === 1;
 const isOne = (reply: unknown) => reply === 1;
@@ -108,7 +129,16 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   constructor(options: LockEngineOptions) {
     super();
     this.options = resolveEngineOptions(options);
-    this.nodes = this.options.nodes.map((spec) => LockNode.from(spec));
+    this.nodes = this.options.nodes.map((spec, i) => {
+      try {
+        return LockNode.from(spec);
+      } catch (error) {
+        // ioredis refuses some specs the checks above cannot foresee; never echo credentials.
+        throw new LockOptionsError(
+          `nodes[${i}] cannot be used: ${hideCredentials((error as Error).message)}. Check its URL or options.`,
+        );
+      }
+    });
     this.quorum = Math.floor(this.nodes.length / 2) + 1;
     this.notify = this.options.releaseNotifications ? '1' : '0';
     this.admin = new LockAdmin(
@@ -143,7 +173,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     options: AcquireOptions = {},
   ): Promise<Lock> {
     const request = this.request(resources, options);
-    const started = performance.now();
+    const { started } = request;
     const deadline = started + request.waitTimeout;
     let ticket: Ticket | undefined;
     let acquired = false;
@@ -155,37 +185,42 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       }
       for (let attempt = 1; ; attempt++) {
         ticket?.attempting();
-        let outcome: Lock | Refusal;
+        let outcome: Grant | Refusal;
         try {
           outcome = await this.attempt(request);
         } catch (error) {
           throw this.failed(request, attempt, error as LockError);
         }
-        if (outcome instanceof Lock) {
+        if ('lock' in outcome) {
           acquired = true;
+          const { lock, round } = outcome;
+          if (request.waiting) this.emitWaited(request, attempt, true);
           if (this.listenerCount('acquired') > 0) {
             this.emit('acquired', {
-              lock: outcome,
+              lock,
               attempts: attempt,
               waited: performance.now() - started,
+              nodes: nodeResults(round),
             });
           }
-          return outcome;
+          return lock;
         }
         const now = performance.now();
         if (attempt > request.retry.attempts || now >= deadline) {
-          if (!outcome.busy) throw this.failed(request, attempt, outcome.error());
+          const nodes = nodeResults(outcome.round);
+          if (!outcome.busy) throw this.failed(request, attempt, outcome.error(), nodes);
           const error =
             attempt === 1
               ? new LockBusyError(request.resources, outcome.retryAfter)
               : new LockTimeoutError(request.resources, outcome.retryAfter, attempt, now - started);
-          throw this.failed(request, attempt, error);
+          throw this.failed(request, attempt, error, nodes);
         }
         if (outcome.busy && this.listenerCount('contended') > 0) {
           this.emit('contended', {
             resources: request.resources,
             attempt,
             retryAfter: outcome.retryAfter,
+            nodes: nodeResults(outcome.round),
           });
         }
         let delay = retryDelay(request.retry, attempt);
@@ -211,6 +246,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
 
   /** Joins this process's queue for the keys and listens for their releases. */
   private async lineUp(request: Request): Promise<Ticket> {
+    request.waiting = true;
     const ticket = this.queues.join(request.queueId, request.keys);
     await this.channel?.subscribe(request.keys, request.nodeTimeout);
     return ticket;
@@ -269,9 +305,10 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
    * LockUnavailableError when too few nodes answered (the lock stays valid
    * until its current validity ends).
    */
-  async extend(lock: Lock, ttl: number = lock.ttl, timeout?: number): Promise<Lock> {
+  async extend(lock: Lock, ttl?: number, timeout?: number): Promise<Lock> {
     this.checkOwn(lock);
-    if (ttl !== lock.ttl) checkMs('ttl', ttl, 10);
+    if (ttl === undefined) ttl = lock.ttl;
+    else if (ttl !== lock.ttl) checkMs('ttl', ttl, 10);
     if (lock.isReleased) throw new LockLostError(lock.resources, 'it was already released');
     const start = performance.now();
     const left = lock.validUntil - start;
@@ -289,7 +326,11 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     if (round.yes >= this.quorum && performance.now() < lock.validUntil) {
       lock.renewed(start + ttl - this.drift(ttl));
       if (this.listenerCount('extended') > 0)
-        this.emit('extended', { lock, duration: performance.now() - start });
+        this.emit('extended', {
+          lock,
+          duration: performance.now() - start,
+          nodes: nodeResults(round),
+        });
       return lock;
     }
     if (round.no > this.nodes.length - this.quorum) {
@@ -312,7 +353,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
    * Deletes the lock on every node that still holds it; a second call returns
    * the first one's result. Never throws over an expired lock.
    */
-  release(lock: Lock): Promise<ReleaseResult> {
+  async release(lock: Lock): Promise<ReleaseResult> {
     this.checkOwn(lock);
     return lock.release();
   }
@@ -320,7 +361,8 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   /** @internal Use {@link release}. */
   async releaseOnNodes(lock: Lock): Promise<ReleaseResult> {
     // A holder that was paused past its lease learns here that it lost the lock.
-    if (lock.validUntil <= performance.now()) lock.lost('its lease ran out before it was released');
+    const start = performance.now();
+    if (lock.validUntil <= start) lock.lost('its lease ran out before it was released');
     lock.released();
     const round = await quorumRound(
       this.nodes,
@@ -345,32 +387,70 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       failures,
     };
     if (this.listenerCount('released') > 0) {
-      this.emit('released', { lock, result, held: performance.now() - lock.grantedAt });
+      const now = performance.now();
+      this.emit('released', {
+        lock,
+        result,
+        held: now - lock.grantedAt,
+        duration: now - start,
+        nodes: nodeResults(round),
+      });
     }
     return result;
   }
 
   /** @internal Called by a lock that was lost. */
   lockLost(lock: Lock, error: LockLostError): void {
-    if (this.listenerCount('lost') > 0) this.emit('lost', { lock, error });
+    if (this.listenerCount('lost') > 0)
+      this.emit('lost', { lock, error, held: performance.now() - lock.grantedAt });
   }
 
-  /** Reports a failed acquisition; subclasses may tag the error (the Nest layer does). */
+  /**
+   * Reports a failed acquisition; subclasses may tag the error (the Nest
+   * layer does). `nodes`: how the last attempt's round went, when it got that far.
+   */
   protected failed(
-    request: { readonly resources: readonly string[] },
+    request: {
+      readonly resources: readonly string[];
+      readonly started?: number;
+      readonly waiting?: boolean;
+    },
     attempts: number,
     error: LockError,
+    nodes?: NodeResults,
   ): LockError {
-    if (this.listenerCount('failed') > 0)
-      this.emit('failed', { resources: request.resources, attempts, error });
+    if (request.waiting) this.emitWaited(request, attempts, false);
+    if (this.listenerCount('failed') > 0) {
+      this.emit('failed', {
+        resources: request.resources,
+        attempts,
+        waited: request.started === undefined ? 0 : performance.now() - request.started,
+        error,
+        nodes,
+      });
+    }
     return error;
+  }
+
+  private emitWaited(
+    request: { readonly resources: readonly string[]; readonly started?: number },
+    attempts: number,
+    acquired: boolean,
+  ): void {
+    if (this.listenerCount('waited') === 0) return;
+    this.emit('waited', {
+      resources: request.resources,
+      attempts,
+      waited: request.started === undefined ? 0 : performance.now() - request.started,
+      acquired,
+    });
   }
 
   /**
    * What every node holds for `resource`: holder value, remaining lease and
    * fence counter per node, and whether a quorum agrees on a holder.
    */
-  inspect(resource: string): Promise<LockInspection> {
+  async inspect(resource: string): Promise<LockInspection> {
     return this.admin.inspect(normalizeResources(resource)[0]);
   }
 
@@ -384,7 +464,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
    * for operators clearing a stuck lock. Its holder is not told; fencing
    * tokens keep its late writes out. Returns how many nodes had the key.
    */
-  forceRelease(resource: string): Promise<number> {
+  async forceRelease(resource: string): Promise<number> {
     return this.admin.forceRelease(normalizeResources(resource)[0]);
   }
 
@@ -447,7 +527,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     schedule(lock.validUntil - performance.now() - ttl * this.options.extendThreshold);
   }
 
-  private async attempt(request: Request): Promise<Lock | Refusal> {
+  private async attempt(request: Request): Promise<Grant | Refusal> {
     if (this.closed)
       throw new LockOptionsError(
         'The lock engine is closed; locks can no longer be taken with it.',
@@ -478,7 +558,10 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
         throw error;
       }
       if (tokens && performance.now() < validUntil) {
-        return new Lock(this, request.resources, keys, value, tokens, ttl, validUntil);
+        return {
+          lock: new Lock(this, request.resources, keys, value, tokens, ttl, validUntil),
+          round,
+        };
       }
     }
     this.cleanUp(keys, value);
@@ -555,15 +638,24 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
         this.quorum,
         this.nodes.length,
       );
-    if (round.yes + round.no < this.quorum || round.no === 0)
-      return { busy: false, retryAfter: undefined, error };
+    // Unavailable when too many nodes failed for a quorum even if every other one granted, or
+    // when nobody denied (a late grant). Otherwise a holder stood in the way: busy, even if the
+    // round stopped before the nodes still pending could deny too.
+    if (round.failed > this.nodes.length - this.quorum || round.no === 0)
+      return { busy: false, retryAfter: undefined, error, round };
     // The lock can be had once `quorum` nodes are free: those that granted us now, plus the
-    // denying nodes in the order their holder's lease runs out.
+    // denying nodes in the order their holder's lease runs out (the last known one when the
+    // round stopped early).
     const leases: number[] = [];
     for (const reply of round.replies) if (reply?.[0] === 0) leases.push(reply[1]);
     leases.sort((a, b) => a - b);
-    const lease = leases[Math.max(0, this.quorum - round.yes - 1)];
-    return { busy: true, retryAfter: lease !== undefined && lease >= 0 ? lease : undefined, error };
+    const lease = leases[Math.min(Math.max(0, this.quorum - round.yes - 1), leases.length - 1)];
+    return {
+      busy: true,
+      retryAfter: lease !== undefined && lease >= 0 ? lease : undefined,
+      error,
+      round,
+    };
   }
 
   /** Best-effort release of a failed attempt on every node, including those that did not answer. */
@@ -573,6 +665,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   }
 
   private async pause(ms: number, request: Request, attempts: number): Promise<void> {
+    request.waiting = true;
     try {
       await sleep(ms, undefined, request.signal ? { signal: request.signal } : undefined);
     } catch {
@@ -584,10 +677,22 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     }
   }
 
-  private request(resources: string | readonly string[], options: AcquireOptions): Request {
+  private request(resources: string | readonly string[], options: UsingOptions): Request {
     if (options === null || typeof options !== 'object') {
       throw new LockOptionsError(
         `Lock options must be an object such as { ttl: 5000 } (got ${String(options)}).`,
+      );
+    }
+    for (const key in options) {
+      if (!CALL_OPTIONS.has(key)) {
+        throw new LockOptionsError(
+          `There is no lock option '${key}'; a call takes ${[...CALL_OPTIONS].join(', ')}.`,
+        );
+      }
+    }
+    if (options.autoExtend !== undefined && typeof options.autoExtend !== 'boolean') {
+      throw new LockOptionsError(
+        `autoExtend must be true or false (got ${typeof options.autoExtend}).`,
       );
     }
     const list = normalizeResources(resources);
@@ -611,6 +716,8 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
           ? defaults.waitTimeout
           : checkMs('waitTimeout', options.waitTimeout, 0),
       signal: options.signal,
+      started: performance.now(),
+      waiting: false,
     };
   }
 
@@ -642,7 +749,32 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   }
 }
 
-/** One resource or several; each a non-empty string; duplicates dropped. */
+/** Masks the user and password of any URL in `text`. */
+export function hideCredentials(text: string): string {
+  return text.replace(/([a-z][\w+.-]*:\/\/)[^@/\s]*@/gi, '$1***@');
+}
+
+/**
+ * Why `resource` cannot be a resource name, or undefined when it can: a
+ * string of 1 to MAX_RESOURCE_LENGTH characters, well-formed Unicode (a lone
+ * surrogate would collapse into U+FFFD and share a key with others), not
+ * starting with `}` (its hash tag would be empty on a Redis Cluster).
+ */
+export function resourceProblem(resource: unknown): string | undefined {
+  if (typeof resource !== 'string') return `it is ${resource === null ? 'null' : typeof resource}`;
+  if (resource.length === 0 || resource.length > MAX_RESOURCE_LENGTH) {
+    return `it has ${resource.length} characters, not 1 to ${MAX_RESOURCE_LENGTH}`;
+  }
+  if (resource.charCodeAt(0) === 0x7d) {
+    return "it starts with '}', which would end the key's Redis Cluster hash tag early; put another character first";
+  }
+  if (LONE_SURROGATE.test(resource)) return 'it is not well-formed Unicode (a lone surrogate)';
+  return undefined;
+}
+
+const LONE_SURROGATE = /\p{Cs}/u;
+
+/** One resource or several, each a valid resource name; duplicates dropped. */
 export function normalizeResources(resources: string | readonly string[]): readonly string[] {
   const list = typeof resources === 'string' ? [resources] : resources;
   if (!Array.isArray(list) || list.length === 0) {
@@ -651,15 +783,8 @@ export function normalizeResources(resources: string | readonly string[]): reado
     );
   }
   for (const resource of list) {
-    if (
-      typeof resource !== 'string' ||
-      resource.length === 0 ||
-      resource.length > MAX_RESOURCE_LENGTH
-    ) {
-      throw new LockOptionsError(
-        `A resource name must be a string of 1 to ${MAX_RESOURCE_LENGTH} characters (got ${typeof resource === 'string' ? `${resource.length} characters` : typeof resource}).`,
-      );
-    }
+    const problem = resourceProblem(resource);
+    if (problem) throw new LockOptionsError(`That resource name cannot be used: ${problem}.`);
   }
   return list.length === 1 ? list : [...new Set(list)];
 }

@@ -85,7 +85,7 @@ export class LockUnavailableError extends LockError {
     super(
       `Could not ${what} ${describeResources(resources)}: ${quorum} of ${nodeCount} Redis node${nodeCount === 1 ? '' : 's'} must answer, ` +
         `but ${failures.length} failed (${failures.map((f) => `${f.node}: ${f.error.message}`).join('; ')}). ` +
-        'Check that the nodes are running and reachable, or raise nodeTimeout if they are slow.',
+        adviceFor(failures),
       { cause: failures[0]?.error },
     );
   }
@@ -144,4 +144,23 @@ export function describeResources(resources: readonly string[]): string {
     .map((r) => `'${r}'`)
     .join(', ');
   return resources.length > 3 ? `${shown} and ${resources.length - 3} more` : shown;
+}
+
+/** What to do about node failures, from what kind they are. */
+function adviceFor(failures: readonly NodeFailure[]): string {
+  const advice = new Set<string>();
+  for (const { error } of failures) {
+    if (error.message.startsWith('no answer within')) {
+      advice.add('Raise nodeTimeout if the nodes are only slow, or look at the ones that hang.');
+    } else if (error.name === 'ReplyError' || /^[A-Z]{3,}\b/.test(error.message)) {
+      advice.add(
+        'The nodes refused the command: fix what their replies say (permissions, data under our keys).',
+      );
+    } else {
+      advice.add(
+        'Check that the nodes are running and reachable (address, TLS settings, credentials).',
+      );
+    }
+  }
+  return [...advice].join(' ');
 }

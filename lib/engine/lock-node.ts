@@ -1,8 +1,21 @@
 import { once } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Redis, type RedisOptions } from 'ioredis';
+import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
+import { runBySlot } from './cluster-scripts.js';
 import type { LuaScript } from './lua-scripts.js';
-import { isRedisClient, type LockNodeSpec } from './lock-options.js';
+import {
+  isClusterClient,
+  isClusterSpec,
+  isRedisClient,
+  type ClusterNodeSpec,
+  type LockNodeSpec,
+} from './lock-options.js';
+
+/**
+ * How a node keeps its data: one server, a master found through Sentinel,
+ * or a Redis Cluster (its masters together count as one node).
+ */
+export type LockNodeTopology = 'server' | 'sentinel' | 'cluster';
 
 /**
  * Options for the clients the engine opens itself. Commands fail at once
@@ -22,31 +35,118 @@ const OWNED_CLIENT_DEFAULTS: RedisOptions = {
   retryStrategy: (times) => Math.min(50 * 2 ** Math.min(times, 5), 1000),
 };
 
-/** One independent Redis node as the engine sees it. */
+/**
+ * A master found through Sentinel: with the failover detector, the client
+ * drops the old master as soon as a Sentinel announces the new one
+ * (+switch-master), instead of writing to it until Sentinel demotes it
+ * (about 10 s later, during which both accept writes).
+ */
+const OWNED_SENTINEL_DEFAULTS: RedisOptions = { failoverDetector: true };
+
+/** The same policy for the clusters the engine opens: fail fast while a master is unreachable. */
+const OWNED_CLUSTER_DEFAULTS: ClusterOptions = {
+  lazyConnect: true,
+  enableOfflineQueue: false,
+  enableAutoPipelining: true,
+  slotsRefreshTimeout: 2000,
+  clusterRetryStrategy: (times) => Math.min(50 * 2 ** Math.min(times, 5), 1000),
+  redisOptions: {
+    maxRetriesPerRequest: 0,
+    autoResendUnfulfilledCommands: false,
+    connectTimeout: 2000,
+    disconnectTimeout: 200,
+  },
+};
+
+/** One lock node as the engine sees it: a server, a Sentinel-managed master, or a whole Redis Cluster. */
 export class LockNode {
-  /** `host:port` (without credentials), used in messages and logs. */
+  /**
+   * Names the node in messages and logs, without credentials: `host:port`,
+   * `sentinel mymaster@host:26379,...` or `cluster host:7000,...` (its seeds).
+   */
   readonly label: string;
+  readonly topology: LockNodeTopology;
   /** The connection's last error, to say why a node that is not ready failed. */
   private lastError: Error | undefined;
 
   private constructor(
-    readonly client: Redis,
+    readonly client: Redis | Cluster,
     /** True when the engine opened the client and must close it. */
     readonly owned: boolean,
+    seeds?: readonly string[],
   ) {
-    const { host, port, path } = client.options;
-    this.label = path ?? `${host ?? 'localhost'}:${port ?? 6379}`;
+    if (isClusterClient(client)) {
+      this.topology = 'cluster';
+      this.label = `cluster ${(seeds ?? clusterSeeds(client)).join(',') || '(seeds unknown)'}`;
+      // A refused login to one of the masters arrives here, not as 'error'.
+      client.on('node error', (error: Error) => (this.lastError = error));
+    } else if (client.options.sentinels?.length) {
+      const { sentinels, name } = client.options;
+      this.topology = 'sentinel';
+      this.label = `sentinel ${name}@${sentinels.map((s) => `${s.host ?? 'localhost'}:${s.port ?? 26379}`).join(',')}`;
+    } else {
+      this.topology = 'server';
+      this.label = serverLabel(client);
+    }
     client.on('error', (error: Error) => (this.lastError = error));
     client.on('ready', () => (this.lastError = undefined));
   }
 
   static from(spec: LockNodeSpec): LockNode {
     if (isRedisClient(spec)) return new LockNode(spec, false);
-    const client =
-      typeof spec === 'string'
-        ? new Redis(spec, OWNED_CLIENT_DEFAULTS)
-        : new Redis({ ...OWNED_CLIENT_DEFAULTS, ...(spec as RedisOptions) });
-    return new LockNode(client, true);
+    if (isClusterSpec(spec)) return LockNode.openCluster(spec);
+    if (typeof spec === 'string') return new LockNode(new Redis(spec, OWNED_CLIENT_DEFAULTS), true);
+    const options = spec as RedisOptions;
+    const defaults = options.sentinels
+      ? { ...OWNED_CLIENT_DEFAULTS, ...OWNED_SENTINEL_DEFAULTS }
+      : OWNED_CLIENT_DEFAULTS;
+    return new LockNode(new Redis({ ...defaults, ...options }), true);
+  }
+
+  private static openCluster({ cluster, options = {} }: ClusterNodeSpec): LockNode {
+    // Credentials and TLS of a seed URL hold for every node the cluster discovers.
+    const fromUrls: RedisOptions = {};
+    const seeds = cluster.map((seed) => {
+      if (typeof seed !== 'string') return { host: seed.host ?? 'localhost', port: seed.port };
+      const url = new URL(seed);
+      if (url.username) fromUrls.username ??= decodeURIComponent(url.username);
+      if (url.password) fromUrls.password ??= decodeURIComponent(url.password);
+      if (url.protocol === 'rediss:') fromUrls.tls ??= {};
+      return { host: url.hostname.replace(/^\[|\]$/g, ''), port: Number(url.port || 6379) };
+    });
+    const client = new Cluster(seeds, {
+      ...OWNED_CLUSTER_DEFAULTS,
+      ...options,
+      redisOptions: {
+        ...OWNED_CLUSTER_DEFAULTS.redisOptions,
+        ...fromUrls,
+        ...options.redisOptions,
+      },
+    });
+    return new LockNode(
+      client,
+      true,
+      seeds.map((s) => `${s.host}:${s.port}`),
+    );
+  }
+
+  /**
+   * The servers that hold this node's keys, for commands that concern a
+   * server rather than a key (SCAN, INFO, CONFIG, PING): the client itself,
+   * or every master of a cluster (connections the cluster client owns).
+   */
+  servers(): Redis[] {
+    return isClusterClient(this.client) ? this.client.nodes('master') : [this.client];
+  }
+
+  /**
+   * Wakes the waiters of a lock key freed outside the release script (a
+   * forced release): PUBLISH, or SPUBLISH on a cluster (see RELEASE).
+   */
+  notifyRelease(key: string): Promise<unknown> {
+    return isClusterClient(this.client)
+      ? this.client.spublish(key, '')
+      : this.client.publish(key, '');
   }
 
   /**
@@ -63,6 +163,7 @@ export class LockNode {
         clearTimeout(timer);
         client.off('ready', onReady);
         client.off('error', onError);
+        client.off('node error', onError);
         resolve(ready);
       };
       const onReady = () => done(true);
@@ -73,15 +174,30 @@ export class LockNode {
       timer.unref();
       client.on('ready', onReady);
       client.on('error', onError);
+      client.on('node error', onError);
     });
   }
 
   /** Why the node is not ready, when it is not. */
+  /**
+   * The error to report for a failed command: for a node that is not
+   * connected, why (ioredis only says its stream is not writeable).
+   */
+  explain(reason: unknown): Error {
+    const connection = this.connectionError;
+    if (connection) return new Error(`not connected (${connection.message})`);
+    return reason instanceof Error ? reason : new Error(String(reason));
+  }
+
   get connectionError(): Error | undefined {
     return this.client.status === 'ready' ? undefined : this.lastError;
   }
 
-  /** Runs a script by SHA; after SCRIPT FLUSH or a restart, by source (which caches it again). */
+  /**
+   * Runs a script by SHA; after SCRIPT FLUSH or a restart, by source (which
+   * caches it again). On a cluster, keys of several slots make one call per
+   * slot, all or nothing (see cluster-scripts.ts).
+   */
   run(
     script: LuaScript,
     keys: readonly string[],
@@ -90,6 +206,15 @@ export class LockNode {
     if (this.client.status !== 'ready' && this.lastError && this.owned) {
       return Promise.reject(new Error(`not connected (${this.lastError.message})`));
     }
+    if (this.topology === 'cluster') return runBySlot(script, keys, args, this.runInSlot);
+    return this.runInSlot(script, keys, args);
+  }
+
+  private readonly runInSlot = (
+    script: LuaScript,
+    keys: readonly string[],
+    args: readonly (string | number)[],
+  ): Promise<unknown> => {
     return this.client
       .evalsha(script.sha, keys.length, ...keys, ...args)
       .catch((error: unknown) => {
@@ -98,7 +223,7 @@ export class LockNode {
         }
         throw error;
       });
-  }
+  };
 
   async close(): Promise<void> {
     const { client } = this;
@@ -109,14 +234,64 @@ export class LockNode {
       return;
     }
     // QUIT resolves on the server's OK; the socket closes a moment later.
-    const ended = once(client, 'end');
-    await client.quit().catch(() => client.disconnect());
-    // Bounded, should the socket never report its end.
+    // once() also rejects on an 'error' event (a reset socket, say): closing goes on regardless.
+    const ended = once(client, 'end').catch(() => undefined);
+    // Bounded: a node that hangs (a paused process, a black hole) never answers QUIT.
+    const quit = client.quit().catch(() => undefined);
+    const answered = await Promise.race([
+      quit.then(() => true),
+      sleep(1000, false, { ref: false }),
+    ]);
+    if (!answered) client.disconnect();
     await Promise.race([ended, sleep(1000, undefined, { ref: false })]);
+    if (this.topology === 'sentinel') closeSentinelWatch(client as Redis);
   }
 }
 
-/** Errors a reconnect will not cure: the server refuses these credentials. */
+/**
+ * Ends the Sentinel connections of a client's failover detector, which QUIT
+ * leaves open (ioredis 5 and 6 close them on disconnect() only); they would
+ * keep the process alive, reconnecting to Sentinels that went away.
+ */
+export function closeSentinelWatch(client: Redis): void {
+  if (client.options.failoverDetector) client.disconnect();
+}
+
+/** `host:port` of one server connection (a cluster's master, say). */
+export function serverLabel(server: Redis): string {
+  const { host, port, path } = server.options;
+  return path ?? `${host ?? 'localhost'}:${port ?? 6379}`;
+}
+
+/** A cluster client's seed nodes as `host:port` (ioredis keeps them in a private field). */
+function clusterSeeds(client: Cluster): string[] {
+  const seeds = (client as unknown as { startupNodes?: unknown }).startupNodes;
+  if (!Array.isArray(seeds)) return [];
+  return seeds.map((seed: unknown) => {
+    if (typeof seed === 'object' && seed !== null) {
+      const { host, port } = seed as { host?: string; port?: number };
+      return `${host ?? 'localhost'}:${port ?? 6379}`;
+    }
+    if (typeof seed === 'number') return `localhost:${seed}`;
+    // A URL may carry a password: keep only host and port.
+    const text = String(seed);
+    try {
+      const url = new URL(text.includes('://') ? text : `redis://${text}`);
+      return `${url.hostname}:${url.port || 6379}`;
+    } catch {
+      return '(seed)';
+    }
+  });
+}
+
+/**
+ * Errors that settle the start-up question at once: nothing listens there
+ * (the client keeps reconnecting in the background), or the server refuses
+ * these credentials (a reconnect will not cure that).
+ */
 function isRefusal(error: Error): boolean {
-  return /^(WRONGPASS|NOAUTH|NOPERM)/.test(error.message);
+  return (
+    (error as NodeJS.ErrnoException).code === 'ECONNREFUSED' ||
+    /^(WRONGPASS|NOAUTH|NOPERM)/.test(error.message)
+  );
 }

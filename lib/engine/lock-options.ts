@@ -1,12 +1,36 @@
-import type { Redis, RedisOptions } from 'ioredis';
+import type { Cluster, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import { LockOptionsError } from './lock-errors.js';
 
 /**
- * One independent Redis node: a URL (`redis://user:pass@host:6379/0`,
- * `rediss://` for TLS), ioredis connection options, or an ioredis client you
- * already own (the engine never closes it).
+ * A Redis Cluster as ONE lock node: the engine opens an ioredis `Cluster`
+ * from these seed nodes (the others are discovered) and closes it on close.
+ *
+ * @example
+ * { cluster: ['redis://10.0.0.1:7000', { host: '10.0.0.2', port: 7000 }], options: { redisOptions: { password } } }
  */
-export type LockNodeSpec = string | RedisOptions | Redis;
+export interface ClusterNodeSpec {
+  /**
+   * Seed nodes: `redis://host:port` URLs (`rediss://` for TLS) or
+   * `{ host, port }`. Credentials and TLS in a URL apply to every node of the
+   * cluster, as do `options.redisOptions`.
+   */
+  readonly cluster: readonly (string | { readonly host?: string; readonly port: number })[];
+  /** ioredis Cluster options (`redisOptions`, `natMap`, `slotsRefreshTimeout`, ...). */
+  readonly options?: ClusterOptions;
+}
+
+/**
+ * One independent lock node, in one of these forms:
+ * - a URL: `redis://user:pass@host:6379/0` (`rediss://` for TLS);
+ * - ioredis connection options: `{ host, port, password, ... }`, or a
+ *   Sentinel-managed master: `{ sentinels: [{ host, port: 26379 }], name: 'mymaster' }`;
+ * - a Redis Cluster: `{ cluster: [seed nodes], options? }` ({@link ClusterNodeSpec});
+ * - an ioredis client you already own (`Redis`, including one reaching its
+ *   master through Sentinel, or `Cluster`): the engine never closes it.
+ *
+ * A Cluster or a Sentinel-managed master counts as one node in the quorum.
+ */
+export type LockNodeSpec = string | RedisOptions | ClusterNodeSpec | Redis | Cluster;
 
 /** Where warnings about unsafe node set-ups and failed releases go. */
 export interface LockLogger {
@@ -54,7 +78,10 @@ export interface UsingOptions extends AcquireOptions {
 }
 
 export interface LockEngineOptions {
-  /** The independent nodes; a lock needs floor(n/2)+1 of them. */
+  /**
+   * The independent nodes; a lock needs floor(n/2)+1 of them. A Redis Cluster
+   * or a Sentinel-managed master counts as one node (see {@link LockNodeSpec}).
+   */
   nodes: readonly LockNodeSpec[];
   /** Prefix of every key the engine writes. Default `'lock:'`. */
   keyPrefix?: string;
@@ -174,7 +201,8 @@ function describe(value: unknown): string {
   if (typeof value === 'string') return `'${value}'`;
   if (typeof value === 'number' || typeof value === 'boolean' || value == null)
     return String(value);
-  return Array.isArray(value) ? 'an array' : `a ${typeof value}`;
+  if (Array.isArray(value)) return 'an array';
+  return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
 }
 
 function rejectUnknownKeys(
@@ -190,21 +218,17 @@ function rejectUnknownKeys(
 }
 
 /** A whole number of milliseconds within [min, max]. */
-export function checkMs(
-  name: string,
-  value: unknown,
-  min: number,
-  max = Number.MAX_SAFE_INTEGER,
-): number {
+export function checkMs(name: string, value: unknown, min: number, max = MAX_TIMER_MS): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
     fail(
-      `${name} must be a whole number of milliseconds from ${min}` +
-        (max === Number.MAX_SAFE_INTEGER ? '' : ` to ${max}`) +
-        ` (got ${describe(value)}).`,
+      `${name} must be a whole number of milliseconds from ${min} to ${max} (got ${describe(value)}).`,
     );
   }
   return value;
 }
+
+/** The longest delay a Node.js timer keeps (about 24.8 days); longer ones fire at once. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
 
 function checkFraction(
   name: string,
@@ -265,47 +289,139 @@ export function resolveRetry(where: string, retry: unknown, base: ResolvedRetry)
   return Object.freeze(resolved);
 }
 
-/** True for an ioredis client (or one that quacks like it). */
+/** True for an ioredis client, `Redis` or `Cluster` (or one that quacks like it). */
 export function isRedisClient(value: unknown): value is Redis {
   return isObject(value) && typeof value.evalsha === 'function' && typeof value.status === 'string';
 }
 
+/** True for an ioredis `Cluster` client. */
+export function isClusterClient(value: unknown): value is Cluster {
+  return isRedisClient(value) && (value as unknown as { isCluster?: unknown }).isCluster === true;
+}
+
+/** True for `{ cluster: [...] }`, the options of a cluster the engine opens. */
+export function isClusterSpec(value: unknown): value is ClusterNodeSpec {
+  return isObject(value) && !isRedisClient(value) && 'cluster' in value;
+}
+
+const CLUSTER_EXAMPLE =
+  "{ cluster: [{ host: '10.0.0.1', port: 7000 }], options: { redisOptions: { password } } }";
+const SENTINEL_EXAMPLE = "{ sentinels: [{ host: '10.0.0.1', port: 26379 }], name: 'mymaster' }";
+
+function isPort(value: unknown): boolean {
+  return typeof value === 'number' && Number.isInteger(value) && value > 0 && value <= 65535;
+}
+
+function checkUrl(where: string, spec: string): void {
+  let url: URL;
+  try {
+    url = new URL(spec);
+  } catch {
+    fail(`${where} is not a URL; write it as redis://host:6379 or rediss://host:6380 for TLS.`);
+  }
+  if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
+    fail(`${where} uses '${url.protocol}'; use redis:// or rediss:// (TLS).`);
+  }
+  try {
+    decodeURIComponent(url.username);
+    decodeURIComponent(url.password);
+  } catch {
+    fail(
+      `${where} has a malformed %-escape in its user name or password; percent-encode them as UTF-8.`,
+    );
+  }
+  if (url.searchParams.has('sentinels') || url.searchParams.has('name')) {
+    fail(
+      `${where}: Sentinel settings do not go in a URL; give { sentinels: [{ host, port }], name: 'mymaster' }.`,
+    );
+  }
+}
+
+function checkClusterSpec(where: string, spec: Record<string, unknown>): void {
+  for (const key of Object.keys(spec)) {
+    if (key !== 'cluster' && key !== 'options' && spec[key] !== undefined) {
+      fail(
+        `${where} is a cluster and takes only 'cluster' (the seed nodes) and 'options' (ioredis Cluster options), ` +
+          `not '${key}'; connection settings go in options.redisOptions, e.g. ${CLUSTER_EXAMPLE}.`,
+      );
+    }
+  }
+  const seeds = spec.cluster;
+  if (!Array.isArray(seeds) || seeds.length === 0) {
+    fail(
+      `${where}.cluster must list one or more seed nodes of the cluster, e.g. ${CLUSTER_EXAMPLE} (got ${describe(seeds)}).`,
+    );
+  }
+  seeds.forEach((seed: unknown, i) => {
+    const at = `${where}.cluster[${i}]`;
+    if (typeof seed === 'string') return checkUrl(at, seed);
+    if (
+      !isObject(seed) ||
+      !isPort(seed.port) ||
+      (seed.host !== undefined && typeof seed.host !== 'string')
+    ) {
+      fail(
+        `${at} must be a redis://host:port URL or { host, port } with a TCP port number (got ${describe(seed)}).`,
+      );
+    }
+  });
+  if (spec.options !== undefined && (!isObject(spec.options) || Array.isArray(spec.options))) {
+    fail(
+      `${where}.options must be ioredis Cluster options such as { redisOptions: { password } } (got ${describe(spec.options)}).`,
+    );
+  }
+}
+
+function checkSentinelSpec(where: string, spec: Record<string, unknown>): void {
+  const { sentinels, name } = spec;
+  if (
+    !Array.isArray(sentinels) ||
+    sentinels.length === 0 ||
+    !sentinels.every((s: unknown) => isObject(s) && (s.port === undefined || isPort(s.port)))
+  ) {
+    fail(
+      `${where}.sentinels must list the Sentinels as { host, port } objects, e.g. ${SENTINEL_EXAMPLE} (got ${describe(sentinels)}).`,
+    );
+  }
+  if (typeof name !== 'string' || name.length === 0) {
+    fail(
+      `${where} reaches its master through Sentinel: also give the master's name as Sentinel knows it, e.g. ${SENTINEL_EXAMPLE}.`,
+    );
+  }
+}
+
 function checkNodeSpec(spec: unknown, index: number): void {
   const where = `nodes[${index}]`;
-  if (typeof spec === 'string') {
-    let url: URL;
-    try {
-      url = new URL(spec);
-    } catch {
-      fail(`${where} is not a URL; write it as redis://host:6379 or rediss://host:6380 for TLS.`);
-    }
-    if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
-      fail(`${where} uses '${url.protocol}'; use redis:// or rediss:// (TLS).`);
-    }
-    return;
-  }
+  if (typeof spec === 'string') return checkUrl(where, spec);
   if (isRedisClient(spec)) return;
   if (isObject(spec) && !Array.isArray(spec)) {
-    if (
-      spec.port !== undefined &&
-      (typeof spec.port !== 'number' || spec.port <= 0 || spec.port > 65535)
-    ) {
+    if ('cluster' in spec) return checkClusterSpec(where, spec);
+    if ('clusters' in spec || 'startupNodes' in spec) {
+      fail(`${where}: write a Redis Cluster as ${CLUSTER_EXAMPLE}.`);
+    }
+    if (spec.port !== undefined && !isPort(spec.port)) {
       fail(`${where}.port must be a TCP port number (got ${describe(spec.port)}).`);
     }
-    if ('sentinels' in spec || 'clusters' in spec) return;
+    if ('sentinels' in spec) return checkSentinelSpec(where, spec);
     if (spec.host === undefined && spec.port === undefined && spec.path === undefined) {
       fail(`${where} names no server; give { host, port } (or a redis:// URL).`);
     }
     return;
   }
   fail(
-    `${where} must be a redis:// URL, ioredis options ({ host, port, ... }) or an ioredis client (got ${describe(spec)}).`,
+    `${where} must be a redis:// URL, ioredis options ({ host, port, ... } or { sentinels, name }), ` +
+      `a cluster (${CLUSTER_EXAMPLE}) or an ioredis client (got ${describe(spec)}).`,
   );
 }
 
 function checkFenceCounterTtl(value: unknown): number {
   if (value === 0) return 0;
-  return checkMs('fenceCounterTtl (0 keeps counters forever)', value, 60_000);
+  return checkMs(
+    'fenceCounterTtl (0 keeps counters forever)',
+    value,
+    60_000,
+    Number.MAX_SAFE_INTEGER,
+  );
 }
 
 /** Validates the engine options once and merges the defaults. */

@@ -108,8 +108,10 @@ return 1`,
 /**
  * Delete the keys that still hold our value, then tell waiters they are free
  * (a message on a channel named after the key). Publishing uses pcall: a user
- * without channel permissions must still be able to release.
- * KEYS: the lock keys. ARGV: value, notify '1' | '0'.
+ * without channel permissions (or a Redis 6 cluster, which has no SPUBLISH)
+ * must still be able to release. On a Redis Cluster the message is sharded
+ * (SPUBLISH: it stays on the key's shard) instead of broadcast to every node.
+ * KEYS: the lock keys. ARGV: value, notify '1' (PUBLISH) | 's' (SPUBLISH) | '0'.
  * Returns how many keys were ours and are now deleted.
  */
 export const RELEASE = script(
@@ -121,8 +123,9 @@ for i = 1, #KEYS do
     released[#released + 1] = KEYS[i]
   end
 end
-if ARGV[2] == '1' then
-  for i = 1, #released do redis.pcall('PUBLISH', released[i], '') end
+if ARGV[2] ~= '0' then
+  local publish = ARGV[2] == 's' and 'SPUBLISH' or 'PUBLISH'
+  for i = 1, #released do redis.pcall(publish, released[i], '') end
 end
 return #released`,
 );

@@ -1,9 +1,10 @@
+import type { Redis } from 'ioredis';
 import { LockConfigurationError } from './lock-errors.js';
-import type { LockNode } from './lock-node.js';
-import type { ResolvedEngineOptions } from './lock-options.js';
+import { serverLabel, type LockNode } from './lock-node.js';
+import { LOCK_DEFAULTS, type ResolvedEngineOptions } from './lock-options.js';
 
-/** What the checks read off one node. */
-export interface NodeFacts {
+/** What the checks read off one server (a node, or a master of a cluster node). */
+export interface ServerFacts {
   readonly runId: string | undefined;
   readonly role: string | undefined;
   readonly replicas: number;
@@ -12,7 +13,19 @@ export interface NodeFacts {
   readonly appendfsync: string | undefined;
   readonly maxmemory: number;
   readonly maxmemoryPolicy: string | undefined;
+  /** The server runs in cluster mode (INFO cluster_enabled). */
+  readonly clusterEnabled?: boolean;
+  /** The master's name, when the node reaches its master through Sentinel. */
+  readonly sentinel?: string;
 }
+
+/** What the checks read off a node given as a Redis Cluster: the facts of each master. */
+export interface ClusterFacts {
+  readonly masters: readonly { readonly label: string; readonly facts: ServerFacts }[];
+}
+
+/** What the checks read off one node: its server, or the masters of a cluster. */
+export type NodeFacts = ServerFacts | ClusterFacts;
 
 /** Parses the `field:value` lines of INFO. */
 export function parseInfo(info: string): Map<string, string> {
@@ -25,9 +38,28 @@ export function parseInfo(info: string): Map<string, string> {
   return fields;
 }
 
+/** The facts of a node: of its server, or of every master of a cluster. */
 export async function readNodeFacts(node: LockNode): Promise<NodeFacts> {
-  const info = parseInfo(String(await node.client.info('all')));
-  const appendfsync = await node.client
+  if (node.topology === 'cluster') {
+    const masters = node.servers();
+    if (masters.length === 0) throw new Error('the cluster client knows no masters yet');
+    return {
+      masters: await Promise.all(
+        masters.map(async (server) => ({
+          label: serverLabel(server),
+          facts: await readServerFacts(server),
+        })),
+      ),
+    };
+  }
+  const client = node.client as Redis;
+  const facts = await readServerFacts(client);
+  return node.topology === 'sentinel' ? { ...facts, sentinel: client.options.name } : facts;
+}
+
+async function readServerFacts(server: Redis): Promise<ServerFacts> {
+  const info = parseInfo(String(await server.info('all')));
+  const appendfsync = await server
     .config('GET', 'appendfsync')
     .then((reply) => (Array.isArray(reply) ? (reply[1] as string | undefined) : undefined))
     .catch(() => undefined);
@@ -40,17 +72,36 @@ export async function readNodeFacts(node: LockNode): Promise<NodeFacts> {
     appendfsync,
     maxmemory: Number(info.get('maxmemory') ?? 0),
     maxmemoryPolicy: info.get('maxmemory_policy'),
+    clusterEnabled: info.get('cluster_enabled') === '1',
   };
+}
+
+/**
+ * What a failover does to a node with replicas that something promotes
+ * (Sentinel, Redis Cluster), and what to do about it.
+ */
+function failoverRisk(subject: string, fencing: boolean, fenceCounterTtl: number): string {
+  const lost = fencing
+    ? 'the latest lock keys (two holders at once) and fence counter increments (tokens can repeat)'
+    : 'the latest lock keys (two holders at once)';
+  const advice = !fencing
+    ? ''
+    : fenceCounterTtl > 0
+      ? '; after a failover, delete its fence counters so that they restart from the clock (README, Topologies)'
+      : ', or set fenceCounterTtl > 0 so that counters the new master lacks restart from the clock, not from 1';
+  return `${subject}: replication is asynchronous, so a failover can lose ${lost}. Use independent nodes without failover for locks that must never overlap${advice}.`;
 }
 
 /**
  * The risks to safety found in the nodes' set-up, each a sentence saying what
  * to change. `facts[i]` is undefined for a node that could not be read.
+ * `fenceCounterTtl` (default: the engine's default) shapes the advice on failover.
  */
 export function findRisks(
   labels: readonly string[],
   facts: readonly (NodeFacts | undefined)[],
   fencing: boolean,
+  fenceCounterTtl: number = LOCK_DEFAULTS.fenceCounterTtl,
 ): string[] {
   const risks: string[] = [];
   const count = labels.length;
@@ -59,27 +110,33 @@ export function findRisks(
       `${count} nodes tolerate no more failures than ${count - 1}: a quorum needs ${count / 2 + 1}. Use an odd number of nodes.`,
     );
   }
-  const seen = new Map<string, number>();
-  facts.forEach((f, i) => {
-    if (!f) return;
-    const node = `node ${labels[i]}`;
+  /** First server seen per run id: its label, and how a message names it. */
+  const seen = new Map<string, { label: string; name: string }>();
+  const checkServer = (label: string, name: string, f: ServerFacts, failover: boolean) => {
     if (f.runId) {
       const first = seen.get(f.runId);
-      if (first !== undefined) {
+      if (!first) {
+        seen.set(f.runId, { label, name });
+      } else if (first.name === `node ${first.label}` && name === `node ${label}`) {
         risks.push(
-          `nodes ${labels[first]} and ${labels[i]} are the same Redis server; list independent servers, each once.`,
+          `nodes ${first.label} and ${label} are the same Redis server; list independent servers, each once.`,
         );
       } else {
-        seen.set(f.runId, i);
+        risks.push(
+          `${first.name} and ${name} are the same Redis server; list independent servers, each once.`,
+        );
       }
     }
     if (f.role && f.role !== 'master') {
-      risks.push(`${node} is a replica (read-only); list the primary servers only.`);
-    } else if (f.replicas > 0) {
+      risks.push(`${name} is a replica (read-only); list the primary servers only.`);
+    } else if (failover && f.replicas > 0) {
       risks.push(
-        `${node} has ${f.replicas} replica(s): a failover to one can lose recent lock keys${fencing ? ' and fence counters' : ''}. Use independent nodes without failover.`,
+        `${name} has ${f.replicas} replica(s): a failover to one can lose recent lock keys${fencing ? ' and fence counters' : ''}. Use independent nodes without failover.`,
       );
     }
+    checkPolicies(name, f);
+  };
+  const checkPolicies = (node: string, f: ServerFacts) => {
     if (f.maxmemoryPolicy && f.maxmemoryPolicy !== 'noeviction') {
       risks.push(
         `${node} has maxmemory-policy ${f.maxmemoryPolicy}${f.maxmemory > 0 ? '' : ' (inactive while maxmemory is 0)'}: ` +
@@ -93,6 +150,41 @@ export function findRisks(
     } else if (fencing && f.appendfsync && f.appendfsync !== 'always') {
       risks.push(
         `${node} has appendfsync ${f.appendfsync}: a crash can lose the last counter increments and tokens can repeat. Set appendfsync always.`,
+      );
+    }
+  };
+  facts.forEach((f, i) => {
+    if (!f) return;
+    const node = `node ${labels[i]}`;
+    if ('masters' in f) {
+      for (const m of f.masters)
+        checkServer(m.label, `master ${m.label} of ${node}`, m.facts, false);
+      const replicas = f.masters.reduce((sum, m) => sum + m.facts.replicas, 0);
+      if (replicas > 0) {
+        risks.push(
+          failoverRisk(
+            `${node} is a Redis Cluster with ${replicas} replica(s) of its masters`,
+            fencing,
+            fenceCounterTtl,
+          ),
+        );
+      }
+      return;
+    }
+    checkServer(labels[i], node, f, f.sentinel === undefined);
+    if (f.sentinel !== undefined) {
+      risks.push(
+        failoverRisk(
+          `${node} is a master that Sentinel fails over ('${f.sentinel}', ${f.replicas} replica(s))`,
+          fencing,
+          fenceCounterTtl,
+        ),
+      );
+    }
+    if (f.clusterEnabled) {
+      risks.push(
+        `${node} is a member of a Redis Cluster and refuses keys of the other members' slots (MOVED). ` +
+          `Give the whole cluster as one node: { cluster: ['redis://${labels[i]}'] }.`,
       );
     }
   });
@@ -132,7 +224,8 @@ export async function checkNodes(
       nodes.map((node, i) =>
         ready[i]
           ? readNodeFacts(node).catch((error: Error) => {
-              warnings.push(
+              // Strict mode cannot vouch for a node it could not read.
+              refusals.push(
                 `could not check the set-up of node ${node.label} (${error.message}); allow INFO and CONFIG GET to its user, or set checkNodes: false.`,
               );
               return undefined;
@@ -140,11 +233,25 @@ export async function checkNodes(
           : undefined,
       ),
     );
+    // CONFIG is often disabled on managed services: say what went unchecked, without refusing.
+    if (options.fencing) {
+      facts.forEach((f, i) => {
+        const servers = !f ? [] : 'masters' in f ? f.masters.map((m) => m.facts) : [f];
+        if (
+          servers.some((server) => server.aofEnabled !== false && server.appendfsync === undefined)
+        ) {
+          warnings.push(
+            `could not read appendfsync on node ${nodes[i].label} (CONFIG GET is not allowed); make sure it is 'always', or fence counters can be lost in a crash.`,
+          );
+        }
+      });
+    }
     refusals.push(
       ...findRisks(
         nodes.map((n) => n.label),
         facts,
         options.fencing,
+        options.fenceCounterTtl,
       ),
     );
   }

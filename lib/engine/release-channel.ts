@@ -1,17 +1,26 @@
-import type { Redis } from 'ioredis';
-import type { LockNode } from './lock-node.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Cluster, Redis } from 'ioredis';
+import { closeSentinelWatch, type LockNode } from './lock-node.js';
+import { isClusterClient } from './lock-options.js';
 
 /** How long a channel stays subscribed after its last waiter left, to spare churn on hot keys. */
 const LINGER_MS = 5000;
 
+/** One node's subscriber connection(s), whatever the node's topology. */
+interface Subscriber {
+  subscribe(keys: readonly string[]): Promise<unknown>;
+  unsubscribe(key: string): Promise<unknown>;
+  close(): Promise<void>;
+}
+
 /**
  * Hears the release script's messages (one channel per lock key, on every
  * node) so waiters wake when a lock is freed instead of sleeping a retry
- * delay. One subscriber connection per node, opened on the first wait;
- * channels are reference-counted.
+ * delay. One subscriber connection per node (per master of a cluster),
+ * opened on the first wait; channels are reference-counted.
  */
 export class ReleaseChannel {
-  private subscribers: (Redis | undefined)[] | undefined;
+  private subscribers: (Subscriber | undefined)[] | undefined;
   private readonly counts = new Map<string, number>();
   private readonly lingering = new Map<string, NodeJS.Timeout>();
   private closed = false;
@@ -43,7 +52,7 @@ export class ReleaseChannel {
     const subscribers = this.open();
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
-      Promise.allSettled(subscribers.map((s) => s?.subscribe(...fresh))),
+      Promise.allSettled(subscribers.map((s) => s?.subscribe(fresh))),
       new Promise<void>((resolve) => {
         timer = setTimeout(resolve, timeoutMs);
         timer.unref();
@@ -77,34 +86,86 @@ export class ReleaseChannel {
     this.lingering.clear();
     const subscribers = this.subscribers ?? [];
     this.subscribers = undefined;
-    await Promise.all(
-      subscribers.map(async (s) => {
-        if (!s) return;
-        if (s.status === 'ready') await s.quit().catch(() => s.disconnect());
-        else s.disconnect();
-      }),
-    );
+    await Promise.all(subscribers.map((s) => s?.close()));
   }
 
-  private open(): (Redis | undefined)[] {
+  private open(): (Subscriber | undefined)[] {
     this.subscribers ??= this.nodes.map((node) => {
       try {
-        const subscriber = node.client.duplicate({
-          // A subscription waits for its node; the lock attempts never do.
-          enableOfflineQueue: true,
-          enableAutoPipelining: false,
-          lazyConnect: false,
-          maxRetriesPerRequest: null,
-          disconnectTimeout: 200,
-        });
-        subscriber.on('error', () => undefined);
-        subscriber.on('message', (channel: string) => this.onRelease(channel));
-        return subscriber;
+        const { client } = node;
+        return isClusterClient(client)
+          ? shardSubscriber(client, this.onRelease)
+          : serverSubscriber(client, this.onRelease);
       } catch {
-        // A client that cannot be duplicated (a Cluster, say): its waiters fall back to polling.
+        // A client that cannot be duplicated: its waiters fall back to polling.
         return undefined;
       }
     });
     return this.subscribers;
   }
+}
+
+/**
+ * A server's (or a Sentinel-managed master's: the duplicate finds it through
+ * Sentinel too) subscriber: plain SUBSCRIBE to the keys' channels.
+ */
+function serverSubscriber(client: Redis, onRelease: (key: string) => void): Subscriber {
+  const subscriber = client.duplicate({
+    // A subscription waits for its node; the lock attempts never do.
+    enableOfflineQueue: true,
+    enableAutoPipelining: false,
+    lazyConnect: false,
+    maxRetriesPerRequest: null,
+    disconnectTimeout: 200,
+  });
+  subscriber.on('error', () => undefined);
+  subscriber.on('message', (channel: string) => onRelease(channel));
+  return {
+    subscribe: (keys) => subscriber.subscribe(...keys),
+    unsubscribe: (key) => subscriber.unsubscribe(key),
+    close: () => closeClient(subscriber),
+  };
+}
+
+/**
+ * A cluster's subscriber: sharded pub/sub (SSUBSCRIBE, Redis 7), which the
+ * release script feeds with SPUBLISH. A shard channel lives in the slot of
+ * its name, here the lock key, so each message stays on the key's shard
+ * instead of being broadcast over the cluster bus to every node as PUBLISH
+ * is. The duplicate keeps one subscriber connection per master and routes
+ * each SSUBSCRIBE to the master of its slot (ioredis >= 5.6,
+ * `shardedSubscribers`). Where that is missing (Redis 6, older ioredis) the
+ * subscriptions fail and waiters fall back to polling at their retry delay.
+ */
+function shardSubscriber(client: Cluster, onRelease: (key: string) => void): Subscriber {
+  const subscriber = client.duplicate([], {
+    shardedSubscribers: true,
+    enableOfflineQueue: true,
+    enableAutoPipelining: false,
+    lazyConnect: false,
+    redisOptions: { ...client.options.redisOptions, maxRetriesPerRequest: null },
+  });
+  subscriber.on('error', () => undefined);
+  subscriber.on('smessage', (channel: string) => onRelease(channel));
+  return {
+    // One command per key: the keys of one SSUBSCRIBE must share a slot.
+    subscribe: (keys) => Promise.all(keys.map((key) => subscriber.ssubscribe(key))),
+    unsubscribe: (key) => subscriber.sunsubscribe(key),
+    close: () => closeClient(subscriber),
+  };
+}
+
+async function closeClient(client: Redis | Cluster): Promise<void> {
+  // Bounded: a paused node never answers QUIT.
+  const answered =
+    client.status === 'ready' &&
+    (await Promise.race([
+      client.quit().then(
+        () => true,
+        () => false,
+      ),
+      sleep(1000, false, { ref: false }),
+    ]));
+  if (!answered) client.disconnect();
+  if (!isClusterClient(client)) closeSentinelWatch(client);
 }

@@ -19,7 +19,7 @@ import {
   type LockError,
 } from '../engine/index.js';
 import { attachRequestLocks, lockStorage, RequestLocks, type LockFrame } from './lock-context.js';
-import { isLockFailure } from './lock-failures.js';
+import { isLockFailure, wasLogged } from './lock-failures.js';
 import { LockKeyError } from './locked-errors.js';
 
 /** The body of a lock failure as a client sees it, on every transport. */
@@ -96,7 +96,8 @@ export class LockContextInterceptor implements NestInterceptor {
     const body = lockFailureBody(error);
     if (!body) return error;
     // The client hears little; the operator hears what it needs to act.
-    if (body.statusCode === 503) this.logger.error(error.message);
+    // LockService logs outages itself unless its `logging` is off.
+    if (body.statusCode === 503 && !wasLogged(error)) this.logger.error(error.message);
     else if (body.statusCode === 400) this.logger.warn(error.message);
     const type = context.getType<string>();
     if (type === 'http') {

@@ -15,3 +15,16 @@ export function markLockFailure<T>(error: T): T {
 export function isLockFailure(error: unknown): boolean {
   return typeof error === 'object' && error !== null && lockFailures.has(error);
 }
+
+/** Failures the service's logger has reported already, so the interceptor does not log them twice. */
+const loggedFailures = new WeakSet<object>();
+
+/** @internal */
+export function markLogged(error: object): void {
+  loggedFailures.add(error);
+}
+
+/** @internal */
+export function wasLogged(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && loggedFailures.has(error);
+}

@@ -1,4 +1,4 @@
-import { MAX_RESOURCE_LENGTH } from '../engine/index.js';
+import { MAX_RESOURCE_LENGTH, resourceProblem } from '../engine/index.js';
 import { LockKeyError } from './locked-errors.js';
 
 /** Builds the resource name(s) from the method's arguments (as the method receives them). */
@@ -213,13 +213,10 @@ function compileFunction(key: LockKeyFunction, where: string): CompiledLockKey {
         );
       }
       for (const resource of list) {
-        if (
-          typeof resource !== 'string' ||
-          resource.length === 0 ||
-          resource.length > MAX_RESOURCE_LENGTH
-        ) {
+        const problem = resourceProblem(resource);
+        if (problem) {
           throw new LockKeyError(
-            `The key function of @Locked() on ${where} returned ${describe(resource)}; each resource must be a string of 1 to ${MAX_RESOURCE_LENGTH} characters.`,
+            `The key function of @Locked() on ${where} returned ${describe(resource)} (${problem}); each resource must be a string of 1 to ${MAX_RESOURCE_LENGTH} characters.`,
           );
         }
       }

@@ -1,5 +1,6 @@
 import { Logger, type OnApplicationShutdown } from '@nestjs/common';
-import { LockEngine, type LockError } from '../engine/index.js';
+import { LockEngine, type LockError, type NodeResults } from '../engine/index.js';
+import { checkLogging, logLockEvents } from './lock-events.logger.js';
 import { markLockFailure } from './lock-failures.js';
 import type { RedisLockModuleOptions } from './redis-lock-module-options.interface.js';
 
@@ -20,8 +21,14 @@ import type { RedisLockModuleOptions } from './redis-lock-module-options.interfa
 export class LockService extends LockEngine implements OnApplicationShutdown {
   constructor(options: RedisLockModuleOptions) {
     // The Nest-only options are read by the module; the engine checks the rest.
-    const { locked: _locked, contextInterceptor: _interceptor, ...engineOptions } = options ?? {};
+    const {
+      locked: _locked,
+      contextInterceptor: _interceptor,
+      logging,
+      ...engineOptions
+    } = options ?? {};
     super({ logger: new Logger('RedisLock'), ...engineOptions });
+    logLockEvents(this, this.options.logger, checkLogging(logging));
   }
 
   /** Tags acquisition failures so the lock-context interceptor answers them (409, 503) wherever they were taken. */
@@ -29,8 +36,9 @@ export class LockService extends LockEngine implements OnApplicationShutdown {
     request: { readonly resources: readonly string[] },
     attempts: number,
     error: LockError,
+    nodes?: NodeResults,
   ): LockError {
-    return markLockFailure(super.failed(request, attempts, error));
+    return markLockFailure(super.failed(request, attempts, error, nodes));
   }
 
   async onApplicationShutdown(): Promise<void> {

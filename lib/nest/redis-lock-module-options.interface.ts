@@ -1,4 +1,5 @@
 import type { LockBusyError, LockEngineOptions, RetryOptions } from '../engine/index.js';
+import type { LockLogging } from './lock-events.logger.js';
 
 /** Defaults of every `@Locked()` method; each decorator can override them. */
 export interface LockedDefaults {
@@ -45,6 +46,15 @@ export interface RedisLockModuleOptions extends LockEngineOptions {
    * Default true.
    */
   contextInterceptor?: boolean;
+  /**
+   * What is logged (through `logger`, by default Nest's Logger with the
+   * `RedisLock` context) about locks as they are used. Default `'warn'`:
+   * lost locks as warnings, acquisitions that failed for an outage as errors.
+   * `'debug'` adds a debug line per acquisition, contention, extension and
+   * release; `false` logs none of these. Start-up checks and releases that
+   * missed a node are warned about either way.
+   */
+  logging?: LockLogging;
 }
 
 /**

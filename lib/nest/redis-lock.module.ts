@@ -4,6 +4,7 @@ import { LockContext } from './lock-context.js';
 import { LockContextInterceptor } from './lock-context.interceptor.js';
 import { LockService } from './lock.service.js';
 import { LockedMethodsExplorer } from './locked-methods.explorer.js';
+import { checkLockedOptions } from './locked-options.js';
 import {
   ConfigurableModuleClass,
   REDIS_LOCK_MODULE_OPTIONS,
@@ -36,6 +37,8 @@ const passThrough = { intercept: (_: unknown, next: { handle(): unknown }) => ne
       // Options are validated here, once, whichever of forRoot / forRootAsync supplied them;
       // the connections are open and checked before the application starts.
       useFactory: async (options: RedisLockModuleOptions) => {
+        // Every option is checked before a connection opens: a failed start leaks nothing.
+        checkLockedOptions('RedisLockModule locked defaults', options?.locked, false);
         const service = new LockService(options);
         try {
           await service.connect();

@@ -355,7 +355,9 @@ describe('argument checks', () => {
     );
     const engine = new LockEngine({ nodes: [redis.nodes[0].url], logger: quietLogger() });
     await engine.connect();
-    await expect(engine.acquire('')).rejects.toThrow(/resource name must be a string/);
+    await expect(engine.acquire('')).rejects.toThrow(
+      /resource name cannot be used: it has 0 characters, not 1 to 512/,
+    );
     await expect(engine.acquire([])).rejects.toThrow(LockOptionsError);
     await expect(engine.acquire('x', { ttl: 1.5 })).rejects.toThrow(/ttl must be a whole number/);
     await expect(engine.acquire('x', { retry: { jitter: 2 } })).rejects.toThrow(/retry.jitter/);

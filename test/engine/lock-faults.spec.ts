@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { LockEngine, LockUnavailableError } from '../../lib/engine/index.js';
+import { LockBusyError, LockEngine, LockUnavailableError } from '../../lib/engine/index.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import { quietLogger } from '../support/quiet-logger.js';
 
@@ -89,6 +89,16 @@ describe('faults on real nodes', () => {
       await Promise.all([redis.nodes[0].resume(), redis.nodes[1].resume()]);
       await small.close();
     }
+  });
+
+  it('calls a held lock busy, not unavailable, while a minority of nodes is down', async () => {
+    const resource = unique('busy-minority');
+    const lock = await engine.acquire(resource);
+    await Promise.all([redis.nodes[1].kill(), redis.nodes[3].kill()]);
+    const error = await engine.tryAcquire(resource).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LockBusyError);
+    expect((error as LockBusyError).retryAfter).toBeGreaterThan(0);
+    await lock.release();
   });
 
   it('keeps working after SCRIPT FLUSH on a node mid-run', async () => {

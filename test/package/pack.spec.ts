@@ -174,6 +174,7 @@ interface PackageJson {
   main?: string;
   types?: string;
   exports?: Record<string, string | Record<string, string>>;
+  bin?: Record<string, string>;
   dependencies?: Record<string, string>;
   peerDependencies?: Record<string, string>;
   peerDependenciesMeta?: Record<string, { optional?: boolean }>;
@@ -386,20 +387,30 @@ describe('the npm package: packed, then installed in a fresh Nest 12 app', () =>
   });
 
   it('is a small tarball', () => {
-    expect(packed.size).toBeLessThan(100_000);
-    expect(packed.unpackedSize).toBeLessThan(400_000);
+    // The package, its CLI, health and telemetry entry points and a long README: a guard
+    // against shipping something by mistake (sources, tests, maps), not a tight budget.
+    expect(packed.size).toBeLessThan(150_000);
+    expect(packed.unpackedSize).toBeLessThan(600_000);
   });
 
-  it('ships every entry point that package.json names', () => {
+  it('ships every entry point that package.json names, and the command-line tool', () => {
     const targets = [
       manifest.main,
       manifest.types,
       ...Object.values(manifest.exports ?? {}).flatMap((target) =>
         typeof target === 'string' ? [target] : Object.values(target),
       ),
+      ...Object.values(manifest.bin ?? {}),
     ].map((target) => posix.normalize(target ?? '(missing)'));
-    expect(Object.keys(manifest.exports ?? {}).sort()).toEqual(['.', './engine', './package.json']);
+    expect(Object.keys(manifest.exports ?? {}).sort()).toEqual([
+      '.',
+      './engine',
+      './health',
+      './package.json',
+      './telemetry',
+    ]);
     expect(targets.filter((target) => !files.includes(target))).toEqual([]);
+    expect(manifest.bin).toEqual({ 'nestjs-redis-lock': 'dist/cli/main.js' });
   });
 
   it('accepts Nest 11 and 12 and ioredis 5 and 6 as peers, and needs no dependencies of its own', () => {
@@ -414,10 +425,21 @@ describe('the npm package: packed, then installed in a fresh Nest 12 app', () =>
     expect(manifest.dependencies ?? {}).toEqual({});
   });
 
-  it('imports only Node built-ins and peers, and loads the optional transport peers on demand only', async () => {
+  it('imports only Node built-ins and peers, and loads the optional peers on demand or from their own entry point only', async () => {
     const imports: Imports = { static: new Set(), dynamic: new Set(), types: new Set() };
+    // nestjs-redis-lock/health and /telemetry exist to load their optional peer; nothing else may.
+    const optIn: Record<string, Imports> = {
+      '@nestjs/terminus': { static: new Set(), dynamic: new Set(), types: new Set() },
+      '@opentelemetry/api': { static: new Set(), dynamic: new Set(), types: new Set() },
+    };
+    const entryOf = (path: string): Imports =>
+      path.startsWith('dist/health/')
+        ? optIn['@nestjs/terminus']!
+        : path.startsWith('dist/telemetry/')
+          ? optIn['@opentelemetry/api']!
+          : imports;
     for (const path of files.filter((file) => /\.(js|d\.ts)$/.test(file)))
-      importsOf(path, await readFile(join(extracted, path), 'utf8'), imports);
+      importsOf(path, await readFile(join(extracted, path), 'utf8'), entryOf(path));
     const bare = (specifiers: Set<string>): string[] =>
       [...specifiers].filter((s) => !s.startsWith('.') && !isBuiltin(s)).map(packageOf);
     const peers = manifest.peerDependencies ?? {};
@@ -425,15 +447,25 @@ describe('the npm package: packed, then installed in a fresh Nest 12 app', () =>
       (name) => manifest.peerDependenciesMeta?.[name]?.optional,
     );
 
-    const undeclared = [
-      ...bare(imports.static),
-      ...bare(imports.dynamic),
-      ...bare(imports.types),
-    ].filter((name) => !(name in peers));
+    const undeclared = [imports, ...Object.values(optIn)]
+      .flatMap((found) => [...bare(found.static), ...bare(found.dynamic), ...bare(found.types)])
+      .filter((name) => !(name in peers));
     expect([...new Set(undeclared)]).toEqual([]);
     expect(bare(imports.static).filter((name) => optional.includes(name))).toEqual([]);
-    expect(optional.sort()).toEqual(['@nestjs/microservices', '@nestjs/websockets']);
-    expect([...new Set(bare(imports.dynamic))].sort()).toEqual(optional);
+    expect(optional.sort()).toEqual([
+      '@nestjs/microservices',
+      '@nestjs/terminus',
+      '@nestjs/websockets',
+      '@opentelemetry/api',
+    ]);
+    expect([...new Set(bare(imports.dynamic))].sort()).toEqual([
+      '@nestjs/microservices',
+      '@nestjs/websockets',
+    ]);
+    for (const [peer, found] of Object.entries(optIn)) {
+      expect(bare(found.static).filter((name) => optional.includes(name))).toEqual([peer]);
+      expect(bare(found.dynamic)).toEqual([]);
+    }
   });
 
   describe('installed from the tarball', () => {
@@ -517,6 +549,20 @@ describe('the npm package: packed, then installed in a fresh Nest 12 app', () =>
         deepImport: 'ERR_PACKAGE_PATH_NOT_EXPORTED',
       });
       expect(paidAgain.token).toBeGreaterThan(paid.token);
+    });
+
+    it('installs the nestjs-redis-lock command, which runs with plain node against a real node', async () => {
+      const bin = join(app, 'node_modules/.bin/nestjs-redis-lock');
+      const version = await mustRun('the installed CLI', bin, ['--version'], app, 10_000);
+      expect(version.stdout).toBe(`${manifest.version}\n`);
+      const health = await mustRun(
+        'the installed CLI',
+        bin,
+        ['health', '--json', '--nodes', redis.nodes[0]!.url],
+        app,
+        10_000,
+      );
+      expect(JSON.parse(health.stdout)).toMatchObject({ quorum: true, up: 1 });
     });
   });
 });

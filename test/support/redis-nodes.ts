@@ -23,8 +23,10 @@ import {
   accessSync,
   constants as fsConstants,
   createWriteStream,
+  existsSync,
   readFileSync,
   rmSync,
+  writeFileSync,
 } from 'node:fs';
 import { mkdtemp } from 'node:fs/promises';
 import { createServer, type Socket } from 'node:net';
@@ -43,15 +45,44 @@ export interface RedisNodeOptions {
   extraArgs?: string[];
   requirepass?: string;
   /**
+   * Serve TLS only: the node's port becomes its `--tls-port`, the plain port
+   * is closed (`--port 0`) and `url` is `rediss://`. Default: plain TCP.
+   */
+  tls?: RedisNodeTls;
+  /**
+   * Runs a Sentinel (`redis-server <conf> --sentinel`) instead of a data node.
+   * These lines (e.g. `sentinel monitor mymaster 127.0.0.1 6379 1`) start the
+   * sentinel.conf in its dir, which Sentinel rewrites with what it learns
+   * (so a restart keeps it). Used by redis-topologies.ts.
+   */
+  sentinel?: readonly string[];
+  /**
    * Runs the server in its own process group, so a Ctrl-C in the terminal
    * reaches only the caller, which then stops the node itself. Default: false
    * (the node gets the Ctrl-C with the test run).
    */
   detached?: boolean;
+  /**
+   * More environment variables for the server process, on top of this
+   * process's (e.g. an LD_PRELOAD that shifts its clock: test/chaos).
+   */
+  env?: Readonly<Record<string, string>>;
+}
+
+/** PEM files of a TLS node (`--tls-cert-file`, `--tls-key-file`, `--tls-ca-cert-file`). */
+export interface RedisNodeTls {
+  readonly certFile: string;
+  readonly keyFile: string;
+  /** The CA that signed `certFile`; also what client certificates must chain to. */
+  readonly caFile: string;
+  /** Require client certificates (`--tls-auth-clients yes`). Default: false. */
+  readonly authClients?: boolean;
 }
 
 const HOST = '127.0.0.1';
 const READY_LINE = 'Ready to accept connections';
+/** A Sentinel logs no READY_LINE; it logs its id once it listens. */
+const SENTINEL_READY_LINE = 'Sentinel ID is';
 /** How long a node may take to accept connections. */
 export const REDIS_START_TIMEOUT_MS = 15_000;
 const STOP_TIMEOUT_MS = 5_000;
@@ -248,12 +279,12 @@ export class RedisNodeProcess implements LiveNode {
     return this.currentPort;
   }
 
-  /** `redis://127.0.0.1:PORT`, with the password when `requirepass` is set. */
+  /** `redis://127.0.0.1:PORT` (`rediss://` with `tls`), with the password when `requirepass` is set. */
   get url(): string {
     const auth = this.options.requirepass
       ? `:${encodeURIComponent(this.options.requirepass)}@`
       : '';
-    return `redis://${auth}${HOST}:${this.currentPort}`;
+    return `${this.options.tls ? 'rediss' : 'redis'}://${auth}${HOST}:${this.currentPort}`;
   }
 
   get password(): string | undefined {
@@ -343,6 +374,7 @@ export class RedisNodeProcess implements LiveNode {
       host: HOST,
       port: this.currentPort,
       password: this.options.requirepass,
+      ...(this.options.tls ? { tls: tlsClientOptions(this.options.tls) } : {}),
       lazyConnect: true,
       connectTimeout: 5_000,
       commandTimeout: 5_000,
@@ -364,10 +396,27 @@ export class RedisNodeProcess implements LiveNode {
   }
 
   private serverArgs(): string[] {
-    const { appendonly = true, appendfsync = 'always', extraArgs = [], requirepass } = this.options;
+    const {
+      appendonly = true,
+      appendfsync = 'always',
+      extraArgs = [],
+      requirepass,
+      tls,
+    } = this.options;
+    // prettier-ignore
+    const tlsArgs = tls
+      ? [
+          '--tls-port', String(this.currentPort),
+          '--tls-cert-file', tls.certFile,
+          '--tls-key-file', tls.keyFile,
+          '--tls-ca-cert-file', tls.caFile,
+          '--tls-auth-clients', tls.authClients ? 'yes' : 'no',
+        ]
+      : [];
     // prettier-ignore
     return [
-      '--port', String(this.currentPort),
+      '--port', tls ? '0' : String(this.currentPort),
+      ...tlsArgs,
       '--bind', HOST,
       '--protected-mode', 'no',
       '--daemonize', 'no',
@@ -383,12 +432,26 @@ export class RedisNodeProcess implements LiveNode {
     ];
   }
 
+  /** A Sentinel's config file and mode flag, which must come before the other arguments. */
+  private sentinelArgs(): string[] {
+    const { sentinel } = this.options;
+    if (!sentinel) return [];
+    const file = join(this.dir, 'sentinel.conf');
+    if (!existsSync(file)) writeFileSync(file, `${sentinel.join('\n')}\n`);
+    return [file, '--sentinel'];
+  }
+
   /** Spawns redis-server and resolves when it logs that it accepts connections. */
   private spawnServer(): Promise<void> {
-    const [command, ...args] = withParentDeathSignal([this.bin, ...this.serverArgs()]);
+    const [command, ...args] = withParentDeathSignal([
+      this.bin,
+      ...this.sentinelArgs(),
+      ...this.serverArgs(),
+    ]);
     const child = spawn(command, args, {
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: this.options.detached ?? false,
+      ...(this.options.env ? { env: { ...process.env, ...this.options.env } } : {}),
     });
     this.child = child;
     this.paused = false;
@@ -406,7 +469,7 @@ export class RedisNodeProcess implements LiveNode {
       let output = '';
       const onData = (chunk: Buffer): void => {
         output += chunk.toString();
-        if (output.includes(READY_LINE)) settle();
+        if (output.includes(this.options.sentinel ? SENTINEL_READY_LINE : READY_LINE)) settle();
       };
       const onExit = (code: number | null, signal: NodeJS.Signals | null): void => {
         const tail = output.trim().split('\n').slice(-5).join('\n');
@@ -447,6 +510,17 @@ class PortInUseError extends Error {
     super(`port ${port} is already in use`);
     this.name = 'PortInUseError';
   }
+}
+
+/**
+ * What a client of a TLS node needs: its CA, and with `authClients` a
+ * certificate of its own (the server's, which that CA signed, does).
+ */
+function tlsClientOptions(tls: RedisNodeTls): { ca: Buffer; cert?: Buffer; key?: Buffer } {
+  const ca = readFileSync(tls.caFile);
+  return tls.authClients
+    ? { ca, cert: readFileSync(tls.certFile), key: readFileSync(tls.keyFile) }
+    : { ca };
 }
 
 function renderReply(reply: unknown): string {
