@@ -21,8 +21,10 @@ import {
 import { engineWarnings, versionOf } from './contenders/index.js';
 import { renderMarkdown, type RunSummary, type ScenarioRun } from './report/markdown-report.js';
 import { renderSvg } from './report/svg-chart.js';
+import { HEADLINES, renderTargets, type Headlines } from './report/targets.js';
 import { fencingScenario } from './scenarios/fencing.scenario.js';
 import { handoffScenario } from './scenarios/handoff.scenario.js';
+import { httpScenario } from './scenarios/http.scenario.js';
 import { memoryScenario } from './scenarios/memory.scenario.js';
 import type { Scenario, ScenarioResult } from './scenarios/scenario.js';
 import { uncontendedScenario } from './scenarios/uncontended.scenario.js';
@@ -33,15 +35,14 @@ import { CpuAccount, describeCpu } from './support/cpu-account.js';
 
 /**
  * The scenarios, run in this order. Scenario 3 reads the floors that
- * scenario 1 measured in the same run.
+ * scenario 1 measured in the same run; each leaves its headline figures for
+ * the targets table at the top of the report.
  */
 const SCENARIOS: readonly Scenario[] = [
   uncontendedScenario, // 1
   handoffScenario, // 2
   fencingScenario, // 3
-  // 4: HTTP through Nest with @Locked() (autocannon against an app on this engine).
-  //    Add it as bench/scenarios/http.scenario.ts exporting a Scenario with
-  //    number 4 and register it here; BenchContext gives it the node URLs.
+  httpScenario, // 4
   memoryScenario, // 5
 ];
 
@@ -133,6 +134,11 @@ async function main(): Promise<number> {
 
   const results: ScenarioRun[] = [];
   let machine: [string, string][] = [];
+  const wholeRun = new CpuAccount(
+    () => nodes.map((node) => node.pid),
+    () => context.childTicks(),
+  );
+  let runCpu: ReturnType<CpuAccount['shares']>;
   try {
     machine = await machineFacts(nodes);
     context.log(machine.map(([k, v]) => `${k}: ${v}`).join('\n'));
@@ -141,7 +147,10 @@ async function main(): Promise<number> {
     );
     for (const scenario of scenarios) {
       context.log(`== ${scenario.number}. ${scenario.title}`);
-      const cpu = new CpuAccount(() => nodes.map((node) => node.pid));
+      const cpu = new CpuAccount(
+        () => nodes.map((node) => node.pid),
+        () => context.childTicks(),
+      );
       try {
         const result: ScenarioResult = await scenario.run(context);
         results.push({ scenario, result, cpu: cpu.shares() });
@@ -153,11 +162,26 @@ async function main(): Promise<number> {
       if (shares) context.log(`  ${describeCpu(shares)}`);
       if (stopping) return 130;
     }
+    // Before the nodes stop: their CPU is read from /proc.
+    runCpu = wholeRun.shares();
   } finally {
     if (!stopping) await cleanUp();
   }
 
   const seconds = (performance.now() - started) / 1000;
+  machine.splice(
+    machine.findIndex(([k]) => k === 'load average at start') + 1,
+    0,
+    [
+      'load average at end',
+      loadavg()
+        .map((l) => l.toFixed(2))
+        .join(' '),
+    ],
+    ...(runCpu
+      ? [['CPU during the run', describeCpu(runCpu).replace(/^CPU /, '')] as [string, string]]
+      : []),
+  );
   const warnings = [...new Set(engineWarnings.map((w) => w.replace(/127\.0\.0\.1:\d+/g, 'NODE')))];
   const summary: RunSummary = {
     command: `node --expose-gc --import tsx bench/run.ts ${process.argv.slice(2).join(' ')}`.trim(),
@@ -170,7 +194,8 @@ async function main(): Promise<number> {
         'An n-node run uses the first n of them; every node is flushed (FLUSHALL) before each measurement.',
       `Our engine warns about that set-up on connect (expected here, swallowed by the bench): ${warnings.length > 0 ? warnings.map((w) => `“${w}”`).join(' ') : 'none'}`,
       `Our engine: ${(await compiledEngine()).how}, the way it ships (through tsx every closure it creates would be wrapped in esbuild's \`__name()\`, a cost the peers' published JavaScript does not pay).`,
-      'One Node.js process drives every library in turn; each library gets its own fresh ioredis clients, closed after its run. ' +
+      'Peers run in two configurations: **defaults**, as their READMEs set them up (plain `new Redis(url)` clients, the library’s default options: e.g. redlock’s retryDelay 200 ms with 10 retries, redlock-universal’s 3 retries and health-check PINGs, redis-semaphore’s auto-refresh timer), and **tuned +AP** (ioredis clients with `enableAutoPipelining: true`, unbounded 10 ms retries, extras off). Our engine runs with its defaults (it opens its own auto-pipelining clients).',
+      'One Node.js process drives every library in turn (scenario 4: autocannon, against a Nest app in a separate Node.js process); each library gets its own fresh ioredis clients, closed after its run. ' +
         'The redis-servers share the same cores, so the figures are comparable with each other, not with a real network.',
       `Timing: uncontended runs in ${timing.rounds} interleaved rounds of ${timing.warmupMs} ms warm-up + ${timing.measureMs} ms measured per library; ` +
         `hand-off ${timing.handoffWarmupMs} ms warm-up + ${timing.handoffMeasureMs} ms measured; held locks ${timing.heldLocks.toLocaleString('en-US')}; growth ${timing.growthCycles.toLocaleString('en-US')} cycles. Lease (ttl) 10 s unless stated.`,
@@ -178,6 +203,7 @@ async function main(): Promise<number> {
       `GC: ${typeof (globalThis as { gc?: unknown }).gc === 'function' ? '--expose-gc' : 'switched on at run time (v8.setFlagsFromString)'}; a full GC before each measurement.`,
     ],
     scenarios: results,
+    targets: renderTargets((context.shared.get(HEADLINES) ?? {}) as Headlines),
   };
 
   await mkdir(args.out, { recursive: true });

@@ -11,8 +11,12 @@ export type AcquireMode = 'try' | 'wait';
 
 /** One library's lock cycle on one set of nodes, with clients of its own. */
 export interface ContenderSession<H = unknown> {
-  /** Takes the lock on `key`; rejects when it cannot be had (after retries in `wait` mode). */
-  acquire(key: string): Promise<H>;
+  /**
+   * Takes the lock on `key`; rejects when it cannot be had (after retries in
+   * `wait` mode). `worker` numbers the caller (the hand-off passes it), for
+   * contenders that give each caller a client set of its own.
+   */
+  acquire(key: string, worker?: number): Promise<H>;
   release(handle: H, key: string): Promise<unknown>;
   /** Closes the clients this session opened. */
   close(): Promise<void>;
@@ -24,6 +28,8 @@ export interface OpenOptions {
   readonly ttl: number;
 }
 
+export type PeerConfig = 'defaults' | 'tuned';
+
 /** A library (or a raw floor) as the bench drives it. */
 export interface Contender {
   /** Stable id, used in the JSON results and the chart legend. */
@@ -31,6 +37,12 @@ export interface Contender {
   /** Name in the tables. */
   readonly label: string;
   readonly kind: 'ours' | 'peer' | 'floor';
+  /**
+   * Peers only: `defaults`, set up as the library's README shows it (plain
+   * ioredis clients, default options), or `tuned`, set up for speed
+   * (auto-pipelining clients, 10 ms retries, no extras).
+   */
+  readonly config?: PeerConfig;
   /** Supports `wait` mode (retries until the lock is free). */
   readonly canWait: boolean;
   /** How it was set up, for the notes under the tables. */
@@ -100,3 +112,21 @@ export async function closeClients(clients: readonly Redis[]): Promise<void> {
 }
 
 export const AUTO_PIPELINING_SUFFIX = ' +AP';
+
+/** Label suffixes of the two peer configurations. */
+export const PEER_SUFFIX: Record<PeerConfig, string> = {
+  defaults: ' · defaults',
+  tuned: ` · tuned${AUTO_PIPELINING_SUFFIX}`,
+};
+
+/** A peer's id and label in a configuration. */
+export function peerNaming(
+  name: string,
+  config: PeerConfig,
+): { id: string; label: string; config: PeerConfig } {
+  return {
+    id: `${name}${config === 'tuned' ? '+tuned' : ''}`,
+    label: `${name} ${versionOf(name)}${PEER_SUFFIX[config]}`,
+    config,
+  };
+}

@@ -1,4 +1,4 @@
-import type { Contender } from './contender.js';
+import type { Contender, PeerConfig } from './contender.js';
 import { inProcessMutexContender } from './in-process-mutex.contender.js';
 import { oursContender } from './ours.contender.js';
 import { rawFloorContender } from './raw-floor.contender.js';
@@ -24,12 +24,13 @@ export const OURS_PLAIN_CLIENTS = oursContender({
     'given plain ioredis clients (no auto-pipelining), to separate the engine from the pipelining',
 });
 
-export const OURS_CONSTANT_RETRY = oursContender({
-  id: 'ours-const10',
-  label: 'ours, retry 10 ms const',
-  retry: { delay: 10, factor: 1, maxDelay: 10, jitter: 0.5 },
+/** One engine per hand-off worker: wake-ups come through Redis pub/sub, not the in-process queue. */
+export const OURS_ENGINE_PER_WORKER = oursContender({
+  id: 'ours-engines',
+  label: 'ours, one engine per worker',
+  engines: 8,
   settings:
-    'acquire() with retry { delay: 10, factor: 1, maxDelay: 10, jitter: 0.5 }: the peers’ cadence',
+    'defaults, but each hand-off worker has an engine of its own (own connections, wait queue and subscriptions), as if each ran in its own process: a release reaches the other workers only through the nodes’ pub/sub message',
 });
 
 export const OURS_NO_FENCING = oursContender({
@@ -43,12 +44,21 @@ export const IN_PROCESS_MUTEX = inProcessMutexContender();
 export const RAW = rawFloorContender(false);
 export const RAW_AP = rawFloorContender(true);
 
-/** The peers, each with plain clients and with auto-pipelining clients. */
-export function peers(autoPipelining: boolean): Contender[] {
+/**
+ * The peers in one configuration: `defaults` (plain clients, the README's
+ * settings) or `tuned` (auto-pipelining clients, 10 ms retries).
+ */
+export function peers(config: PeerConfig): Contender[] {
   return [
-    redlockContender('redlock', autoPipelining),
-    redlockContender('@sesamecare-oss/redlock', autoPipelining),
-    redlockUniversalContender(autoPipelining),
-    redisSemaphoreContender(autoPipelining),
+    redlockContender('redlock', config),
+    redlockContender('@sesamecare-oss/redlock', config),
+    redlockUniversalContender(config),
+    redisSemaphoreContender(config),
   ];
+}
+
+/** Each peer in its default configuration, then tuned. */
+export function peersBothWays(): Contender[] {
+  const tuned = peers('tuned');
+  return peers('defaults').flatMap((peer, i) => [peer, tuned[i]]);
 }

@@ -22,6 +22,12 @@ export interface OursVariant {
   readonly plainClients?: boolean;
   /** Retry policy of `wait` mode; default: the engine's default. */
   readonly retry?: RetryOptions;
+  /**
+   * Open this many engines (each with its own connections, wait queues and
+   * release subscriptions) and give caller `worker` engine `worker % engines`:
+   * callers in different processes, as far as the engine can tell. Default 1.
+   */
+  readonly engines?: number;
 }
 
 /** Warnings from connect() (appendonly no, on purpose here) are kept, not printed. */
@@ -42,24 +48,42 @@ export function oursContender(variant: OursVariant): Contender {
     settings: variant.settings,
     async open(urls: readonly string[], { mode, ttl }: OpenOptions): Promise<ContenderSession> {
       const { LockEngine } = (await compiledEngine()).engine;
-      const clients: Redis[] = variant.plainClients
-        ? await openClients(urls, { autoPipelining: false })
-        : [];
-      const engine = new LockEngine({
-        nodes: variant.plainClients ? clients : urls,
-        ttl,
-        fencing: variant.fencing ?? true,
-        retry: variant.retry,
-        logger: keepWarnings,
-      });
-      await engine.connect();
+      const clients: Redis[] = [];
+      const engines: InstanceType<typeof LockEngine>[] = [];
+      const close = async () => {
+        await Promise.all(engines.map((engine) => engine.close()));
+        await closeClients(clients);
+      };
+      try {
+        for (let e = 0; e < (variant.engines ?? 1); e++) {
+          const own = variant.plainClients
+            ? await openClients(urls, { autoPipelining: false })
+            : undefined;
+          if (own) clients.push(...own);
+          const engine = new LockEngine({
+            nodes: own ?? urls,
+            ttl,
+            fencing: variant.fencing ?? true,
+            retry: variant.retry,
+            logger: keepWarnings,
+          });
+          engines.push(engine);
+          await engine.connect();
+        }
+      } catch (error) {
+        await close().catch(() => undefined);
+        throw error;
+      }
+      const [engine] = engines;
+      const pick =
+        engines.length === 1 ? () => engine : (worker = 0) => engines[worker % engines.length];
       const session: ContenderSession<Lock> = {
-        acquire: mode === 'try' ? (key) => engine.tryAcquire(key) : (key) => engine.acquire(key),
+        acquire:
+          mode === 'try'
+            ? (key, worker) => pick(worker).tryAcquire(key)
+            : (key, worker) => pick(worker).acquire(key),
         release: (lock) => lock.release(),
-        close: async () => {
-          await engine.close();
-          await closeClients(clients);
-        },
+        close,
       };
       return session as ContenderSession;
     },

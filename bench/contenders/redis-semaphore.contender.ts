@@ -1,12 +1,12 @@
 import { Mutex, RedlockMutex } from 'redis-semaphore';
 import {
-  AUTO_PIPELINING_SUFFIX,
   closeClients,
   openClients,
-  versionOf,
+  peerNaming,
   type Contender,
   type ContenderSession,
   type OpenOptions,
+  type PeerConfig,
 } from './contender.js';
 
 type AnyMutex = Mutex | RedlockMutex;
@@ -14,20 +14,28 @@ type AnyMutex = Mutex | RedlockMutex;
 /**
  * redis-semaphore: `Mutex` on one node, `RedlockMutex` on several; one mutex
  * object per acquisition (its identifier is per object, so objects are not
- * shared between concurrent holders). Auto-refresh is off
- * (`refreshInterval: 0`), as no other contender extends in this cycle.
+ * shared between concurrent holders).
+ *
+ * `defaults`: plain clients and the README's defaults: retryInterval 10 ms,
+ * acquireTimeout 10 s, auto-refresh every 0.8 × lockTimeout (a timer per held
+ * lock). `tuned`: auto-pipelining clients, auto-refresh off
+ * (`refreshInterval: 0`, as no other peer extends in this cycle), one
+ * attempt in `try` mode, a 60 s acquireTimeout in `wait` mode.
  */
-export function redisSemaphoreContender(autoPipelining: boolean): Contender {
+export function redisSemaphoreContender(config: PeerConfig): Contender {
+  const tuned = config === 'tuned';
   return {
-    id: `redis-semaphore${autoPipelining ? '+ap' : ''}`,
-    label: `redis-semaphore ${versionOf('redis-semaphore')}${autoPipelining ? AUTO_PIPELINING_SUFFIX : ''}`,
+    ...peerNaming('redis-semaphore', config),
     kind: 'peer',
     canWait: true,
-    settings: `1 node: Mutex, N nodes: RedlockMutex; refreshInterval 0; try: acquireAttemptsLimit 1; wait: retryInterval 10 ms (its default), acquireTimeout 60 s; clients ${autoPipelining ? 'with' : 'without'} enableAutoPipelining`,
+    settings: tuned
+      ? '1 node: Mutex, N nodes: RedlockMutex; refreshInterval 0; try: acquireAttemptsLimit 1; wait: retryInterval 10 ms (its default), acquireTimeout 60 s; clients with enableAutoPipelining'
+      : '1 node: Mutex, N nodes: RedlockMutex, library defaults (retryInterval 10 ms, acquireTimeout 10 s, auto-refresh every 0.8 × lockTimeout); plain clients',
     async open(urls: readonly string[], { mode, ttl }: OpenOptions): Promise<ContenderSession> {
-      const clients = await openClients(urls, { autoPipelining });
-      const options =
-        mode === 'try'
+      const clients = await openClients(urls, { autoPipelining: tuned });
+      const options = !tuned
+        ? { lockTimeout: ttl }
+        : mode === 'try'
           ? { lockTimeout: ttl, refreshInterval: 0, acquireAttemptsLimit: 1 }
           : { lockTimeout: ttl, refreshInterval: 0, retryInterval: 10, acquireTimeout: 60_000 };
       const session: ContenderSession<AnyMutex> = {

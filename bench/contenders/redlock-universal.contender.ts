@@ -6,13 +6,13 @@ import {
   type LockHandle,
 } from 'redlock-universal';
 import {
-  AUTO_PIPELINING_SUFFIX,
   closeClients,
   openClients,
-  versionOf,
+  peerNaming,
   type Contender,
   type ContenderSession,
   type OpenOptions,
+  type PeerConfig,
 } from './contender.js';
 
 interface Held {
@@ -24,29 +24,43 @@ interface Held {
  * redlock-universal: a lock object per key (`createLock` on one node,
  * `createRedlock` on several), `lock.acquire()` / `lock.release(handle)`.
  *
- * On one node it runs in its documented `performance: 'lean'` mode: the
- * standard SimpleLock PINGs the node on the first acquire of every new lock
- * object (its health check), which with a fresh key per cycle is one extra
- * round trip per lock. In `wait` mode the lock object of the hot key is
- * shared by the workers (each acquire draws its own value).
+ * `defaults`: plain clients and the README's defaults: on one node the
+ * `standard` performance mode, whose SimpleLock PINGs the node on the first
+ * acquire of every new lock object (its health check; with a fresh key per
+ * cycle that is one extra round trip per lock), and retryAttempts 3 with a
+ * retryDelay of 100 ms (200 ms on several nodes), after which a waiter gives
+ * up. `tuned`: auto-pipelining clients, the documented `performance: 'lean'`
+ * mode on one node, and unbounded 10 ms retries.
+ *
+ * In `wait` mode the lock object of the hot key is shared by the workers
+ * (each acquire draws its own value).
  */
-export function redlockUniversalContender(autoPipelining: boolean): Contender {
+export function redlockUniversalContender(config: PeerConfig): Contender {
+  const tuned = config === 'tuned';
   return {
-    id: `redlock-universal${autoPipelining ? '+ap' : ''}`,
-    label: `redlock-universal ${versionOf('redlock-universal')}${autoPipelining ? AUTO_PIPELINING_SUFFIX : ''}`,
+    ...peerNaming('redlock-universal', config),
     kind: 'peer',
     canWait: true,
-    settings: `1 node: createLock (performance 'lean'), N nodes: createRedlock; try: retryAttempts 0; wait: retryAttempts 10^6, retryDelay 10 ms; clients ${autoPipelining ? 'with' : 'without'} enableAutoPipelining`,
+    settings: tuned
+      ? "1 node: createLock (performance 'lean'), N nodes: createRedlock; try: retryAttempts 0; wait: retryAttempts 10^6, retryDelay 10 ms; clients with enableAutoPipelining"
+      : "1 node: createLock, N nodes: createRedlock, library defaults (performance 'standard', retryAttempts 3, retryDelay 100 ms on 1 node / 200 ms on N); plain clients",
     async open(urls: readonly string[], { mode, ttl }: OpenOptions): Promise<ContenderSession> {
-      const clients = await openClients(urls, { autoPipelining });
+      const clients = await openClients(urls, { autoPipelining: tuned });
       const adapters = clients.map((client) => new IoredisAdapter(client));
-      const retry =
-        mode === 'try'
+      const retry = !tuned
+        ? {}
+        : mode === 'try'
           ? { retryAttempts: 0, retryDelay: 0 }
           : { retryAttempts: 1_000_000, retryDelay: 10 };
       const create = (key: string): Lock =>
         adapters.length === 1
-          ? createLock({ adapter: adapters[0], key, ttl, performance: 'lean', ...retry })
+          ? createLock({
+              adapter: adapters[0],
+              key,
+              ttl,
+              ...(tuned ? { performance: 'lean' as const } : {}),
+              ...retry,
+            })
           : createRedlock({ adapters, key, ttl, ...retry });
       const shared = new Map<string, Lock>();
       const lockFor = (key: string): Lock => {

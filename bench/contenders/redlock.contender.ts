@@ -1,40 +1,47 @@
 import Redlock, { type Lock as RedlockLock } from 'redlock';
 import { Redlock as SesameRedlock, type Lock as SesameLock } from '@sesamecare-oss/redlock';
 import {
-  AUTO_PIPELINING_SUFFIX,
   closeClients,
   openClients,
-  versionOf,
+  peerNaming,
   type Contender,
   type ContenderSession,
   type OpenOptions,
+  type PeerConfig,
 } from './contender.js';
 
 /**
- * Settings per mode. `try`: a single attempt (retryCount 0). `wait`: retry
- * without a limit every 10 ms ±5 ms, like redis-semaphore's default interval
- * (the defaults, 200 ms ±100 ms for at most 10 retries, would mostly measure
- * sleeping).
+ * Tuned settings per mode. `try`: a single attempt (retryCount 0). `wait`:
+ * retry without a limit every 10 ms ±5 ms, like redis-semaphore's default
+ * interval.
  */
-const TRY = { retryCount: 0 };
-const WAIT = { retryCount: -1, retryDelay: 10, retryJitter: 5 };
+const TUNED_TRY = { retryCount: 0 };
+const TUNED_WAIT = { retryCount: -1, retryDelay: 10, retryJitter: 5 };
 
 type Flavour = 'redlock' | '@sesamecare-oss/redlock';
 
 /**
  * node-redlock 5.0.0-beta.2 and its maintained fork @sesamecare-oss/redlock:
  * the same API (`acquire([key], ttl)`, `lock.release()`), one ioredis client per node.
+ *
+ * `defaults`: `new Redlock(clients)` on plain clients, as the README starts:
+ * retryCount 10, retryDelay 200 ms, retryJitter 100 ms (the code's defaults;
+ * the README's example spells out the same values with a 200 ms jitter), so
+ * a waiter gives up after about 2 s. `tuned`: auto-pipelining clients and
+ * the settings above.
  */
-export function redlockContender(flavour: Flavour, autoPipelining: boolean): Contender {
+export function redlockContender(flavour: Flavour, config: PeerConfig): Contender {
+  const tuned = config === 'tuned';
   return {
-    id: `${flavour}${autoPipelining ? '+ap' : ''}`,
-    label: `${flavour} ${versionOf(flavour)}${autoPipelining ? AUTO_PIPELINING_SUFFIX : ''}`,
+    ...peerNaming(flavour, config),
     kind: 'peer',
     canWait: true,
-    settings: `try: retryCount 0; wait: retryCount -1 (unbounded), retryDelay 10 ms, retryJitter 5 ms; clients ${autoPipelining ? 'with' : 'without'} enableAutoPipelining`,
+    settings: tuned
+      ? 'try: retryCount 0; wait: retryCount -1 (unbounded), retryDelay 10 ms, retryJitter 5 ms; clients with enableAutoPipelining'
+      : 'library defaults (retryCount 10, retryDelay 200 ms, retryJitter 100 ms); plain clients',
     async open(urls: readonly string[], { mode, ttl }: OpenOptions): Promise<ContenderSession> {
-      const clients = await openClients(urls, { autoPipelining });
-      const settings = mode === 'try' ? TRY : WAIT;
+      const clients = await openClients(urls, { autoPipelining: tuned });
+      const settings = !tuned ? {} : mode === 'try' ? TUNED_TRY : TUNED_WAIT;
       const redlock =
         flavour === 'redlock'
           ? new Redlock(clients, settings)

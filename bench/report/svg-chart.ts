@@ -47,7 +47,7 @@ function niceStep(max: number, ticks: number): number {
 /**
  * Colours by series: our engine in reds (its default set-up the strongest),
  * the raw floors and the in-process ceiling in greys, each peer in a hue of
- * its own, light for its +AP run.
+ * its own, light for its +AP (tuned) run.
  */
 function colours(series: readonly string[]): Map<string, string> {
   const map = new Map<string, string>();
@@ -55,7 +55,8 @@ function colours(series: readonly string[]): Map<string, string> {
   let ours = 0;
   for (const name of series) {
     const plus = name.endsWith(AP_SUFFIX);
-    const base = plus ? name.slice(0, -AP_SUFFIX.length) : name;
+    // A peer's two configurations (" · defaults", " · tuned +AP") share its hue.
+    const base = name.replace(/ · (defaults|tuned \+AP)$/, '').replace(/ \+AP$/, '');
     if (name.startsWith('ours')) {
       map.set(
         name,

@@ -1,6 +1,7 @@
 import { OURS, OURS_NO_FENCING } from '../contenders/index.js';
 import type { BenchContext } from '../support/bench-context.js';
 import { formatMs, formatRate, formatRatio } from '../support/format.js';
+import { HEADLINES, type Headlines } from '../report/targets.js';
 import type { ReportTable, Scenario, ScenarioResult } from './scenario.js';
 import {
   FLOORS_KEY,
@@ -16,7 +17,7 @@ export const fencingScenario: Scenario = {
   title: 'Fencing tokens on vs off (our engine)',
   description:
     'The uncontended loop of scenario 1 (same rounds) with two engines per node count, interleaved: fencing on (the default: ' +
-    'the acquire script also INCRs a fence counter per resource) and `fencing: false`.',
+    'the acquire script also creates or increments a fence counter per resource) and `fencing: false`.',
   defaultNodes: [1, 3, 5],
   async run(context: BenchContext): Promise<ScenarioResult> {
     const rows: { nodes: number; on: UncontendedRow; off: UncontendedRow }[] = [];
@@ -24,6 +25,15 @@ export const fencingScenario: Scenario = {
       const [on, off] = await measureUncontended(context, [OURS, OURS_NO_FENCING], count);
       rows.push({ nodes: count, on, off });
     }
+    const headlines = (context.shared.get(HEADLINES) ?? {}) as Headlines;
+    headlines.fencing = rows.map(({ nodes, on, off }) => ({
+      nodes,
+      on: on.error ? undefined : on.rate,
+      off: off.error ? undefined : off.rate,
+      onCpu: on.error ? undefined : on.clientCpu + on.redisCpu,
+      offCpu: off.error ? undefined : off.clientCpu + off.redisCpu,
+    }));
+    context.shared.set(HEADLINES, headlines);
     const floors = context.shared.get(FLOORS_KEY) as Floors | undefined;
     const table: ReportTable = {
       title: 'Our engine, fencing on vs off',
@@ -79,7 +89,8 @@ export const fencingScenario: Scenario = {
       ),
       notes: [
         'Floors are those of scenario 1 in the same run ("–" when scenario 1 was not run).',
-        'Fencing adds no round trip in the common case (all granting nodes return the same counter); it adds an INCR inside the acquire script and one persistent counter key per resource (see scenario 5).',
+        'Fencing adds no round trip in the common case (all granting nodes return the same counter); inside the acquire script it adds a `SET NX PX` that seeds a new fence counter from the clock (an `INCR` when the counter exists), and one counter key per resource that lives `fenceCounterTtl` (1 hour by default; see scenario 5).',
+        'With a fresh key per cycle every acquisition here creates a counter (the seeding path); a resource locked again within the hour takes the `INCR` path instead.',
       ],
     };
     return {

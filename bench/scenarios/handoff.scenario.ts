@@ -1,10 +1,12 @@
 import {
   IN_PROCESS_MUTEX,
   OURS,
-  OURS_CONSTANT_RETRY,
-  peers,
+  OURS_ENGINE_PER_WORKER,
+  peersBothWays,
   type Contender,
+  type PeerConfig,
 } from '../contenders/index.js';
+import { HEADLINES, type Headlines, type HandoffFigures } from '../report/targets.js';
 import type { BenchContext } from '../support/bench-context.js';
 import { formatMs, formatRate, formatRatio } from '../support/format.js';
 import { handoffLoad, type HandoffResult } from '../support/lock-load.js';
@@ -26,10 +28,41 @@ interface HandoffRow {
 function contenders(): Contender[] {
   return [
     IN_PROCESS_MUTEX,
-    ...peers(false).filter((peer) => peer.canWait),
-    OURS_CONSTANT_RETRY,
+    ...peersBothWays().filter((peer) => peer.canWait),
     OURS,
+    OURS_ENGINE_PER_WORKER,
   ];
+}
+
+/** Per node count, the peers of one configuration: highest grants/s, and lowest p99 wait. */
+function bestPeers(
+  rows: readonly HandoffRow[],
+  config: PeerConfig,
+): Map<number, { rate: number; rateLabel: string; p99: number; p99Label: string }> {
+  const best = new Map<
+    number,
+    { rate: number; rateLabel: string; p99: number; p99Label: string }
+  >();
+  for (const row of rows) {
+    const r = row.result;
+    if (row.contender.kind !== 'peer' || row.contender.config !== config || !r) continue;
+    const current = best.get(row.nodes) ?? {
+      rate: -Infinity,
+      rateLabel: '',
+      p99: Infinity,
+      p99Label: '',
+    };
+    if (r.rate > current.rate) {
+      current.rate = r.rate;
+      current.rateLabel = row.contender.label;
+    }
+    if (r.wait.p99 < current.p99) {
+      current.p99 = r.wait.p99;
+      current.p99Label = row.contender.label;
+    }
+    best.set(row.nodes, current);
+  }
+  return best;
 }
 
 export const handoffScenario: Scenario = {
@@ -79,18 +112,31 @@ export const handoffScenario: Scenario = {
         }
       }
     }
+    const headlines = (context.shared.get(HEADLINES) ?? {}) as Headlines;
+    const bestDefaults = bestPeers(rows, 'defaults');
+    const bestTuned = bestPeers(rows, 'tuned');
+    const figures = (id: string, n: number): HandoffFigures | undefined => {
+      const r = rows.find((row) => row.contender.id === id && row.nodes === n)?.result;
+      return r && { rate: r.rate, p99: r.wait.p99, fairness: r.fairness };
+    };
+    headlines.handoff = [...new Set(rows.map((row) => row.nodes))].map((n) => ({
+      nodes: n,
+      ours: figures(OURS.id, n),
+      oursEngines: figures(OURS_ENGINE_PER_WORKER.id, n),
+      bestDefaults: bestDefaults.get(n),
+      bestTuned: bestTuned.get(n),
+    }));
+    context.shared.set(HEADLINES, headlines);
     return report(rows);
   },
 };
 
 function report(rows: readonly HandoffRow[]): ScenarioResult {
   const counts = [...new Set(rows.map((row) => row.nodes))];
-  const bestPeer = new Map<number, number>();
+  const bestDefaults = bestPeers(rows, 'defaults');
+  const bestTuned = bestPeers(rows, 'tuned');
   const ceiling = new Map<number, number>();
   for (const row of rows) {
-    if (row.contender.kind === 'peer' && row.result) {
-      bestPeer.set(row.nodes, Math.max(bestPeer.get(row.nodes) ?? 0, row.result.rate));
-    }
     if (row.contender.kind === 'floor' && row.result) ceiling.set(row.nodes, row.result.rate);
   }
   const table: ReportTable = {
@@ -99,7 +145,8 @@ function report(rows: readonly HandoffRow[]): ScenarioResult {
       'nodes',
       'library',
       'grants/s',
-      '× best peer',
+      '× best peer, defaults',
+      '× best peer, tuned',
       '× ceiling',
       'wait p50',
       'wait p99',
@@ -107,7 +154,7 @@ function report(rows: readonly HandoffRow[]): ScenarioResult {
       'fairness (Jain)',
       'failed / overlaps',
     ],
-    align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
     rows: rows.map((row) => {
       const r = row.result;
       if (!r)
@@ -115,19 +162,14 @@ function report(rows: readonly HandoffRow[]): ScenarioResult {
           String(row.nodes),
           row.contender.label,
           `failed: ${row.error}`,
-          '',
-          '',
-          '',
-          '',
-          '',
-          '',
-          '',
+          ...new Array<string>(8).fill(''),
         ];
       return [
         String(row.nodes),
         row.contender.kind === 'ours' ? `**${row.contender.label}**` : row.contender.label,
         formatRate(r.rate),
-        formatRatio(r.rate, bestPeer.get(row.nodes)),
+        formatRatio(r.rate, bestDefaults.get(row.nodes)?.rate),
+        formatRatio(r.rate, bestTuned.get(row.nodes)?.rate),
         formatRatio(r.rate, ceiling.get(row.nodes)),
         formatMs(r.wait.p50),
         formatMs(r.wait.p99),
@@ -139,7 +181,10 @@ function report(rows: readonly HandoffRow[]): ScenarioResult {
     notes: [
       `The ceiling is an in-process FIFO mutex under the same load: the lock is never idle while someone waits, so it grants about once per ${HOLD_MS} ms hold (a 1 ms timer lasts a little longer). ` +
         `Demand is ${WORKERS} workers × one request per ≥${HOLD_MS + WORK_MS} ms, so every Redis library below it loses grants to polling: a waiter sleeps its retry delay while the lock sits free.`,
-      '"failed": acquisitions that gave up (none expected: retry budgets are unbounded); "overlaps": grants while another worker still held the lock (must be 0).',
+      '"failed": acquisitions that gave up: with their defaults redlock (10 retries of ~200 ms) and redlock-universal (3 retries) give up after a few hundred ms to ~2 s; the worker then asks again at once, and its wait counts from its first ask. "overlaps": grants while another worker still held the lock (must be 0).',
+      `Best peers, defaults: ${counts.map((n) => `${n} node(s): ${bestDefaults.get(n)?.rateLabel ?? '–'} (grants/s), ${bestDefaults.get(n)?.p99Label ?? '–'} (p99 wait)`).join('; ')}. ` +
+        `Tuned: ${counts.map((n) => `${n} node(s): ${bestTuned.get(n)?.rateLabel ?? '–'} (grants/s), ${bestTuned.get(n)?.p99Label ?? '–'} (p99 wait)`).join('; ')}.`,
+      'Our engine queues the waiters of one process first come first served and hands a release to the head at once ("ours (LockEngine)": all 8 workers share one engine). "ours, one engine per worker" gives each worker its own engine, connections and queue, as 8 processes would have: there a release reaches the others only as the release script\'s pub/sub message.',
       ...uniqueSettings(rows),
     ],
   };

@@ -9,6 +9,7 @@ import {
 import { forceGc, type BenchContext } from '../support/bench-context.js';
 import { formatBytes, formatCount, formatRatio } from '../support/format.js';
 import { countedLoad } from '../support/lock-load.js';
+import { HEADLINES, type Headlines } from '../report/targets.js';
 import type { ReportTable, Scenario, ScenarioResult } from './scenario.js';
 
 const CONCURRENCY = 32;
@@ -154,7 +155,7 @@ async function measureGrowth(
 }
 
 function contenders(): Contender[] {
-  return [RAW, ...peers(false), OURS_NO_FENCING, OURS];
+  return [RAW, ...peers('defaults'), OURS_NO_FENCING, OURS];
 }
 
 export const memoryScenario: Scenario = {
@@ -238,11 +239,30 @@ export const memoryScenario: Scenario = {
       notes: [
         'The raw floor keeps only the random value string per lock (the caller keeps the key); its Redis figure is one bare `SET key value PX` key.',
         'Heap figures include the handle each library returns and whatever it retains for it (resource arrays, per-attempt statistics, lock objects); they are single measurements after a forced GC and vary by a few per cent.',
-        'With fencing on our engine also keeps one persistent fence counter per resource (the `keys per node` column), which stays after the lock is released.',
+        'Peers with their defaults (plain clients; redis-semaphore keeps an auto-refresh timer per held lock).',
+        'With fencing on our engine also keeps one fence counter per resource (the `keys per node` column), which stays after the lock is released until its `fenceCounterTtl` (1 hour by default) runs out.',
       ],
     };
+    const headlines = (context.shared.get(HEADLINES) ?? {}) as Headlines;
+    headlines.memory = counts.map((n) => {
+      const ours = held.find((row) => row.nodes === n && row.contender.id === OURS.id);
+      return {
+        nodes: n,
+        locks,
+        oursHeap: ours?.heap,
+        oursRedis: ours?.redis,
+        leanestPeerHeap: lowestPeer(n, (r) => r.heap),
+        leanestPeerRedis: lowestPeer(n, (r) => r.redis),
+      };
+    });
     const first = growth[0];
     const last = growth[growth.length - 1];
+    headlines.growth = {
+      cycles: last.cycles,
+      heapDelta: last.heapUsed - first.heapUsed,
+      nodes: growthNodes,
+    };
+    context.shared.set(HEADLINES, headlines);
     const growthTable: ReportTable = {
       title: `Our engine over ${formatCount(context.timing.growthCycles)} lock cycles (${growthNodes} node${growthNodes > 1 ? 's' : ''}, fresh key per cycle)`,
       headers: [
@@ -262,8 +282,8 @@ export const memoryScenario: Scenario = {
       ]),
       notes: [
         `Heap after ${formatCount(last.cycles)} cycles: ${formatBytes(last.heapUsed)}, ${formatBytes(last.heapUsed - first.heapUsed)} from the start (after a forced GC each time).`,
-        `Redis keys after the run: ${formatCount(last.keys)} on node 1. Lock keys are deleted on release; what remains are the fence counters, one per distinct resource ever locked (they carry no TTL so that tokens stay monotonic). ` +
-          'An application that locks unbounded distinct names (per request id, per order id) grows Redis by this much.',
+        `Redis keys after the run: ${formatCount(last.keys)} on node 1. Lock keys are deleted on release; what remains are the fence counters, one per distinct resource locked within the last \`fenceCounterTtl\` (1 hour by default; a counter created after the last one expired starts from the clock, so tokens stay monotonic). ` +
+          'An application that locks many distinct names per hour (per request id, per order id) holds this many counters at a time; with `fenceCounterTtl: 0` they are kept forever.',
       ],
     };
     return {

@@ -2,6 +2,7 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import type { RedisNodeProcess } from '../../test/support/redis-nodes.js';
 import type { Contender, ContenderSession, OpenOptions } from '../contenders/contender.js';
+import { processTicks } from './cpu-account.js';
 
 /** A full GC: `--expose-gc`'s gc() when given, else the same function switched on at run time. */
 export const forceGc: () => void = (() => {
@@ -23,6 +24,10 @@ export interface BenchTiming {
   readonly growthCycles: number;
   /** Locks held at once in the memory scenario. */
   readonly heldLocks: number;
+  /** HTTP: rounds of each endpoint (interleaved), each run this long after one warm-up per endpoint. */
+  readonly httpRounds: number;
+  readonly httpWarmupMs: number;
+  readonly httpMeasureMs: number;
 }
 
 export const FULL_TIMING: BenchTiming = {
@@ -33,6 +38,9 @@ export const FULL_TIMING: BenchTiming = {
   handoffMeasureMs: 3000,
   growthCycles: 1_000_000,
   heldLocks: 10_000,
+  httpRounds: 3,
+  httpWarmupMs: 1000,
+  httpMeasureMs: 1500,
 };
 
 export const QUICK_TIMING: BenchTiming = {
@@ -43,12 +51,18 @@ export const QUICK_TIMING: BenchTiming = {
   handoffMeasureMs: 800,
   growthCycles: 100_000,
   heldLocks: 10_000,
+  httpRounds: 1,
+  httpWarmupMs: 500,
+  httpMeasureMs: 1000,
 };
 
 /** What a scenario gets from the runner. */
 export class BenchContext {
   /** Results one scenario leaves for another (e.g. the floors of scenario 1). */
   readonly shared = new Map<string, unknown>();
+  /** CPU clock ticks of child processes (other than the redis-servers) that have exited. */
+  private exitedChildTicks = 0;
+  private readonly children = new Set<number>();
   private readonly open = new Set<ContenderSession>();
   private closed = false;
 
@@ -59,6 +73,23 @@ export class BenchContext {
     readonly quick: boolean,
     private readonly nodeOverride: readonly number[] | undefined,
   ) {}
+
+  /** Counts a child process's CPU in the run's accounts (call {@link childExiting} before it exits). */
+  childStarted(pid: number): void {
+    this.children.add(pid);
+  }
+
+  childExiting(pid: number): void {
+    if (!this.children.delete(pid)) return;
+    this.exitedChildTicks += processTicks(pid);
+  }
+
+  /** Clock ticks used by the child processes so far, live and exited. */
+  childTicks(): number {
+    let ticks = this.exitedChildTicks;
+    for (const pid of this.children) ticks += processTicks(pid);
+    return ticks;
+  }
 
   /** The node counts a scenario runs on: --nodes when given, else its defaults. */
   nodeCounts(defaults: readonly number[]): number[] {

@@ -103,7 +103,7 @@ export interface HandoffResult {
   readonly wait: LatencySummary;
   readonly perWorker: readonly number[];
   readonly fairness: number;
-  /** Failed acquisitions (retry budget or deadline ran out). */
+  /** Failed acquisitions (retry budget or deadline ran out); the worker then asks again. */
   readonly failures: number;
   readonly firstFailure: string | undefined;
   /** Grants while another worker of this run still held the lock: must be 0. */
@@ -135,11 +135,14 @@ export async function handoffLoad(
   let failures = 0;
   let firstFailure: string | undefined;
   const worker = async (w: number) => {
+    // When the library gives up (its retry budget ran out), the worker asks again at once; its wait
+    // counts from its first ask, since it still has not got the lock.
+    let t0: number | undefined;
     while (performance.now() < measureTo) {
-      const t0 = performance.now();
+      t0 ??= performance.now();
       let handle: unknown;
       try {
-        handle = await session.acquire(options.key);
+        handle = await session.acquire(options.key, w);
       } catch (error) {
         failures++;
         firstFailure ??= (error as Error).message;
@@ -154,6 +157,7 @@ export async function handoffLoad(
         perWorker[w]++;
         wait.record(t1 - t0);
       }
+      t0 = undefined;
       await sleep(options.workMs);
     }
   };

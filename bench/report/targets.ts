@@ -1,0 +1,190 @@
+/**
+ * The targets of issue 5, checked against the figures of one run. Each
+ * scenario leaves its headline figures in `context.shared` under
+ * {@link HEADLINES}; run.ts renders the table at the top of latest.md.
+ */
+import { formatMs, formatRate } from '../support/format.js';
+import { markdownTable } from './markdown-report.js';
+
+export const HEADLINES = 'headlines';
+
+export interface Best {
+  readonly rate: number;
+  readonly label: string;
+}
+
+export interface HandoffFigures {
+  readonly rate: number;
+  readonly p99: number;
+  readonly fairness: number;
+}
+
+export interface Headlines {
+  uncontended?: {
+    nodes: number;
+    ours?: number;
+    oursPlain?: number;
+    bestDefaults?: Best;
+    bestTuned?: Best;
+    raw?: number;
+    rawAp?: number;
+  }[];
+  handoff?: {
+    nodes: number;
+    ours?: HandoffFigures;
+    oursEngines?: HandoffFigures;
+    bestDefaults?: { rate: number; rateLabel: string; p99: number; p99Label: string };
+    bestTuned?: { rate: number; rateLabel: string; p99: number; p99Label: string };
+  }[];
+  fencing?: { nodes: number; on?: number; off?: number; onCpu?: number; offCpu?: number }[];
+  http?: {
+    nodes: number;
+    platform: string;
+    plain?: number;
+    locked?: number;
+    lockedPlainClients?: number;
+    /** The unlocked endpoint of an app without RedisLockModule. */
+    bare?: number;
+    hot?: number;
+    plainP99?: number;
+    lockedP99?: number;
+  }[];
+  memory?: {
+    nodes: number;
+    locks: number;
+    oursHeap?: number;
+    oursRedis?: number;
+    leanestPeerHeap?: number;
+    leanestPeerRedis?: number;
+  }[];
+  growth?: { cycles: number; heapDelta: number; nodes: number };
+}
+
+const ok = (v: number | undefined): v is number => v !== undefined && Number.isFinite(v);
+const x = (v: number) => `${v.toFixed(2)}×`;
+const pct = (v: number) => `${Math.round(v * 100)} %`;
+const k = (v: number) => (v >= 10_000 ? `${(v / 1000).toFixed(1)}k` : formatRate(v));
+
+/** A ratio that must be at least `needed`. */
+function atLeast(measured: number | undefined, needed: number): string {
+  if (!ok(measured)) return 'not measured';
+  if (measured >= needed) return `✅ met (${pct(measured / needed - 1)} above)`;
+  return `❌ missed by ${pct(1 - measured / needed)} (needs ${x(needed / measured)} more)`;
+}
+
+/** A ratio that must be at most `limit`. */
+function atMost(measured: number | undefined, limit: number): string {
+  if (!ok(measured)) return 'not measured';
+  if (measured <= limit) return `✅ met (${x(limit / measured)} under the limit)`;
+  return `❌ missed: ${x(measured / limit)} the limit`;
+}
+
+/** A cost (fraction lost) that must be at most `limit`. */
+function costAtMost(cost: number | undefined, limit: number): string {
+  if (!ok(cost)) return 'not measured';
+  if (cost <= limit) return '✅ met';
+  return `❌ missed by ${Math.round((cost - limit) * 100)} points`;
+}
+
+export function renderTargets(h: Headlines): string | undefined {
+  const rows: string[][] = [];
+  for (const u of (h.uncontended ?? []).filter((u) => u.nodes === 3 || u.nodes === 5)) {
+    for (const [config, best] of [
+      ['defaults', u.bestDefaults],
+      ['tuned +AP', u.bestTuned],
+    ] as const) {
+      const ratio = ok(u.ours) && best ? u.ours / best.rate : undefined;
+      rows.push([
+        `Uncontended, ${u.nodes} nodes: cycles/s × best peer (${config}: ${best?.label ?? '–'})`,
+        '≥ 1.30×',
+        ok(ratio) && best && ok(u.ours) ? `${x(ratio)} (${k(u.ours)} vs ${k(best.rate)})` : '–',
+        atLeast(ratio, 1.3),
+      ]);
+    }
+    const floor = ok(u.ours) && ok(u.rawAp) ? u.ours / u.rawAp : undefined;
+    rows.push([
+      `Uncontended, ${u.nodes} nodes: cycles/s × raw floor +AP`,
+      '≥ 0.90×',
+      ok(floor) && ok(u.ours) && ok(u.rawAp) ? `${x(floor)} (${k(u.ours)} vs ${k(u.rawAp)})` : '–',
+      atLeast(floor, 0.9),
+    ]);
+  }
+  for (const hand of h.handoff ?? []) {
+    const n = `${hand.nodes} node${hand.nodes > 1 ? 's' : ''}`;
+    for (const [which, ours] of [
+      ['ours', hand.ours],
+      ['ours, one engine per worker', hand.oursEngines],
+    ] as const) {
+      if (!ours) continue;
+      for (const [config, best] of [
+        ['defaults', hand.bestDefaults],
+        ['tuned +AP', hand.bestTuned],
+      ] as const) {
+        const grants = best ? ours.rate / best.rate : undefined;
+        rows.push([
+          `Hand-off, ${n}, ${which}: grants/s × best peer (${config}: ${best?.rateLabel ?? '–'})`,
+          '≥ 2.00×',
+          ok(grants) && best
+            ? `${x(grants)} (${formatRate(ours.rate)} vs ${formatRate(best.rate)})`
+            : '–',
+          atLeast(grants, 2),
+        ]);
+        const p99 = best ? ours.p99 / best.p99 : undefined;
+        rows.push([
+          `Hand-off, ${n}, ${which}: p99 wait × best peer's (${config}: ${best?.p99Label ?? '–'})`,
+          '≤ 0.10×',
+          ok(p99) && best ? `${x(p99)} (${formatMs(ours.p99)} vs ${formatMs(best.p99)})` : '–',
+          atMost(p99, 0.1),
+        ]);
+      }
+      rows.push([
+        `Hand-off, ${n}, ${which}: fairness (Jain)`,
+        '≥ 0.95',
+        ours.fairness.toFixed(3),
+        ok(ours.fairness)
+          ? ours.fairness >= 0.95
+            ? '✅ met'
+            : `❌ missed by ${(0.95 - ours.fairness).toFixed(3)}`
+          : 'not measured',
+      ]);
+    }
+  }
+  for (const f of h.fencing ?? []) {
+    const cost = ok(f.on) && ok(f.off) ? 1 - f.on / f.off : undefined;
+    const cpuCost = ok(f.onCpu) && ok(f.offCpu) ? f.onCpu / f.offCpu - 1 : undefined;
+    rows.push([
+      `Fencing cost, ${f.nodes} node${f.nodes > 1 ? 's' : ''}: uncontended cycles/s lost`,
+      '≤ 10 %',
+      ok(cost) && ok(f.on) && ok(f.off)
+        ? `${pct(cost)} (${k(f.on)} on vs ${k(f.off)} off${ok(cpuCost) ? `; CPU per cycle +${pct(cpuCost)}` : ''})`
+        : '–',
+      costAtMost(cost, 0.1),
+    ]);
+  }
+  for (const r of (h.http ?? []).filter((r) => r.nodes === 1)) {
+    const cost = ok(r.plain) && ok(r.locked) ? 1 - r.locked / r.plain : undefined;
+    rows.push([
+      `@Locked cost, 1 node, ${r.platform}: requests/s lost vs the unlocked endpoint`,
+      '≤ 15 %',
+      ok(cost) && ok(r.plain) && ok(r.locked)
+        ? `${pct(cost)} (${formatRate(r.locked)} vs ${formatRate(r.plain)} req/s)`
+        : '–',
+      costAtMost(cost, 0.15),
+    ]);
+    if (ok(r.bare) && ok(r.locked)) {
+      const bareCost = 1 - r.locked / r.bare;
+      rows.push([
+        `… the same, against the unlocked endpoint of an app without RedisLockModule`,
+        '≤ 15 %',
+        `${pct(bareCost)} (${formatRate(r.locked)} vs ${formatRate(r.bare)} req/s)`,
+        costAtMost(bareCost, 0.15),
+      ]);
+    }
+  }
+  if (rows.length === 0) return undefined;
+  return markdownTable({
+    headers: ['target (issue 5)', 'needed', 'measured', 'verdict'],
+    align: ['l', 'r', 'r', 'l'],
+    rows,
+  });
+}
