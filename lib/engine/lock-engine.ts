@@ -30,7 +30,7 @@ import { ACQUIRE, EXTEND, FENCE_WRITEBACK, RELEASE } from './lua-scripts.js';
 import { checkNodes } from './node-checks.js';
 import { quorumRound, roundFailures, type RoundResult } from './quorum-round.js';
 import { ReleaseChannel } from './release-channel.js';
-import { retryDelay } from './retry-delay.js';
+import { lineLease, retryDelay } from './retry-delay.js';
 import { WaitQueues, type Ticket } from './wait-queue.js';
 
 /**
@@ -67,6 +67,14 @@ interface Request {
   readonly started: number;
   /** Set once the acquisition waits (lines up or sleeps before another attempt), for the `waited` event. */
   waiting: boolean;
+  /** Epoch ms when the acquisition began: its place in the nodes' waiters' lines. */
+  readonly arrival: number;
+  /** How long a refused attempt keeps its place in the nodes' lines; 0 when it will not retry. */
+  readonly lineLease: number;
+  /** Names this acquisition in the nodes' lines: the value of its first attempt. */
+  waiter: string;
+  /** Set once a refused attempt joined the nodes' lines (and must leave them). */
+  inLine: boolean;
 }
 
 /** Why an attempt did not produce a lock. */
@@ -177,6 +185,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     const deadline = started + request.waitTimeout;
     let ticket: Ticket | undefined;
     let acquired = false;
+    let granting: RoundResult<AcquireReply> | undefined;
     try {
       if (request.retry.attempts > 0 && this.queues.has(request.queueId)) {
         // Others of this process already wait for these keys: line up behind them.
@@ -194,6 +203,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
         if ('lock' in outcome) {
           acquired = true;
           const { lock, round } = outcome;
+          granting = round;
           if (request.waiting) this.emitWaited(request, attempt, true);
           if (this.listenerCount('acquired') > 0) {
             this.emit('acquired', {
@@ -241,7 +251,21 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
         ticket.leave(acquired);
         this.channel?.unsubscribe(request.keys);
       }
+      if (request.inLine) this.leaveLines(request, granting);
     }
+  }
+
+  /**
+   * Takes a waiter out of the nodes' lines it joined when refused: a grant
+   * did so on the granting nodes; elsewhere, and after giving up, its place
+   * would otherwise hold the line until its lease ran out. Best effort.
+   */
+  private leaveLines(request: Request, granting: RoundResult<AcquireReply> | undefined): void {
+    this.nodes.forEach((node, i) => {
+      if (granting?.replies[i]?.[0] === 1) return;
+      for (const key of request.keys)
+        node.client.hdel(`${key}:q`, request.waiter).catch(() => undefined);
+    });
   }
 
   /** Joins this process's queue for the keys and listens for their releases. */
@@ -541,7 +565,18 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     const { fencing, fenceCounterTtl } = this.options;
     // A fence counter created now starts above every token issued before it (see lua-scripts.ts).
     const seed = fencing && fenceCounterTtl > 0 ? Date.now() * FENCE_SEED_SCALE : 0;
-    const args = [value, ttl, keys.length, fencing ? '1' : '0', seed, fenceCounterTtl];
+    if (request.waiter === '') request.waiter = value;
+    const args = [
+      value,
+      ttl,
+      keys.length,
+      fencing ? '1' : '0',
+      seed,
+      fenceCounterTtl,
+      request.waiter,
+      request.arrival,
+      request.lineLease,
+    ];
     const round = await quorumRound(
       this.nodes,
       (node) => node.run(ACQUIRE, request.scriptKeys, args) as Promise<AcquireReply>,
@@ -565,7 +600,9 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       }
     }
     this.cleanUp(keys, value);
-    return this.refusal(round, request);
+    const refusal = this.refusal(round, request);
+    if (refusal.busy && request.lineLease > 0) request.inLine = true;
+    return refusal;
   }
 
   /**
@@ -699,6 +736,8 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     const defaults = this.options;
     const ttl = options.ttl === undefined ? defaults.ttl : checkMs('ttl', options.ttl, 10);
     const keys = list.map((resource) => `${defaults.keyPrefix}{${resource}}`);
+    const retry = options.retry === undefined ? defaults.retry : this.retryPolicy(options.retry);
+    const nodeTimeout = this.nodeTimeout(ttl);
     if (options.signal !== undefined && !(options.signal instanceof AbortSignal)) {
       throw new LockOptionsError('signal must be an AbortSignal (from an AbortController).');
     }
@@ -708,9 +747,9 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       queueId: keys.length === 1 ? keys[0] : keys.join('\n'),
       scriptKeys: defaults.fencing ? [...keys, ...keys.map((key) => `${key}:fence`)] : keys,
       ttl,
-      nodeTimeout: this.nodeTimeout(ttl),
+      nodeTimeout,
       drift: this.drift(ttl),
-      retry: options.retry === undefined ? defaults.retry : this.retryPolicy(options.retry),
+      retry,
       waitTimeout:
         options.waitTimeout === undefined
           ? defaults.waitTimeout
@@ -718,6 +757,11 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       signal: options.signal,
       started: performance.now(),
       waiting: false,
+      // Wall clock (comparable between processes), finer than a millisecond.
+      arrival: performance.timeOrigin + performance.now(),
+      lineLease: retry.attempts > 0 ? lineLease(retry, nodeTimeout) : 0,
+      waiter: '',
+      inLine: false,
     };
   }
 

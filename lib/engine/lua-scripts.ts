@@ -14,31 +14,90 @@ function script(name: string, source: string): LuaScript {
 /**
  * Grant the lock on all resources or on none (one node).
  * KEYS: n lock keys, then (fencing) their n fence counters.
- * ARGV: value, ttl ms, n, fencing '1' | '0', seed, counter ttl ms.
- * Returns {1, token...} when granted, {0, pttl} when another value holds a key.
+ * ARGV: value, ttl ms, n, fencing '1' | '0', seed, counter ttl ms,
+ * waiter id, arrival, waiter lease ms (the last three optional).
+ * Returns {1, token...} when granted, {0, pttl} when another value holds a
+ * key, {0, -3} when the keys are free but an earlier waiter is first in line.
  *
  * A fence counter that does not exist starts at `seed` (a clock reading
  * scaled past any earlier token) and lives `counter ttl` ms; seed '0' keeps
  * counters forever, counting from 1. A request resent after a reconnect
  * finds our own value and returns that grant's tokens instead of counting a
  * second one.
+ *
+ * Waiters' line: `<lock key>:q`, a hash of waiter id -> 'arrival expiry'.
+ * A refused caller with a lease above 0 joins it (or renews its place) for
+ * that many ms of this node's clock; free keys go to the waiter with the
+ * earliest arrival (ties: the lower id) among the live ones, and a grant takes
+ * the caller out of the line. Arrivals come from the caller, the same on every
+ * node, so all nodes agree on who is first and a quorum forms at once instead
+ * of splitting its votes between waiters woken by the same release. The line
+ * is optional: where the user may not run EXISTS, HGETALL, HSET, HDEL or TIME
+ * (an ACL), those calls fail quietly and waiters are served in no set order.
  */
 export const ACQUIRE = script(
   'acquire',
   `local value, n = ARGV[1], tonumber(ARGV[3])
+local waiter, lease = ARGV[7] or '', tonumber(ARGV[9]) or 0
+local queued, now = false, nil
 local function fence(key)
   if ARGV[5] ~= '0' and redis.call('SET', key, ARGV[5], 'NX', 'PX', ARGV[6]) then
     return tonumber(ARGV[5])
   end
   return redis.call('INCR', key)
 end
+local function clock()
+  if not now then
+    local t = redis.pcall('TIME')
+    if t.err then return nil end
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
+local function first(key)
+  local line = key .. ':q'
+  local exists = redis.pcall('EXISTS', line)
+  if exists ~= 1 or not clock() then return true end
+  queued = true
+  local entries = redis.call('HGETALL', line)
+  local head, best
+  for i = 1, #entries, 2 do
+    local arrival, expiry = string.match(entries[i + 1], '^(%S+) (%S+)$')
+    arrival, expiry = tonumber(arrival), tonumber(expiry)
+    if not expiry or expiry <= clock() then
+      redis.call('HDEL', line, entries[i])
+    elseif not best or arrival < best or (arrival == best and entries[i] < head) then
+      head, best = entries[i], arrival
+    end
+  end
+  return head == nil or head == waiter
+end
+local function refuse(pttl)
+  if lease > 0 and waiter ~= '' and clock() then
+    local place = (ARGV[8] or '0') .. ' ' .. (now + lease)
+    for i = 1, n do
+      local line = KEYS[i] .. ':q'
+      if type(redis.pcall('HSET', line, waiter, place)) ~= 'number' then break end
+      if redis.call('PTTL', line) < lease then redis.call('PEXPIRE', line, lease) end
+    end
+  end
+  return {0, pttl}
+end
+local function granted()
+  if queued then
+    for i = 1, n do redis.call('HDEL', KEYS[i] .. ':q', waiter) end
+  end
+end
 local reply = {1}
 if n == 1 then
-  if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+  if first(KEYS[1]) and redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+    granted()
     if ARGV[4] == '1' then reply[2] = fence(KEYS[2]) end
     return reply
   end
-  if redis.call('GET', KEYS[1]) ~= value then return {0, redis.call('PTTL', KEYS[1])} end
+  local holder = redis.call('GET', KEYS[1])
+  if holder and holder ~= value then return refuse(redis.call('PTTL', KEYS[1])) end
+  if not holder then return refuse(-3) end
   if ARGV[4] == '1' then reply[2] = tonumber(redis.call('GET', KEYS[2])) end
   return reply
 end
@@ -48,7 +107,7 @@ for i = 1, n do
   if holder == value then
     mine = mine + 1
   elseif holder then
-    return {0, redis.call('PTTL', KEYS[i])}
+    return refuse(redis.call('PTTL', KEYS[i]))
   end
 end
 if mine == n then
@@ -57,6 +116,10 @@ if mine == n then
   end
   return reply
 end
+for i = 1, n do
+  if not first(KEYS[i]) then return refuse(-3) end
+end
+granted()
 for i = 1, n do redis.call('SET', KEYS[i], value, 'PX', ARGV[2]) end
 if ARGV[4] == '1' then
   for i = 1, n do reply[i + 1] = fence(KEYS[n + i]) end

@@ -13,3 +13,14 @@ export function retryDelay(
   const base = Math.min(policy.maxDelay, policy.delay * policy.factor ** (retry - 1));
   return Math.max(0, base * (1 + policy.jitter * (2 * random() - 1)));
 }
+
+/**
+ * How long a refused waiter keeps its place in the nodes' lines (see ACQUIRE):
+ * a live waiter asks again at least every `maxDelay` (plus jitter) even when
+ * no release reaches it, so two of those gaps and two node round trips never
+ * drop a live waiter; one that crashed or gave up without leaving holds the
+ * line at most this long.
+ */
+export function lineLease(policy: ResolvedRetry, nodeTimeout: number): number {
+  return Math.ceil(2 * policy.maxDelay * (1 + policy.jitter) + 2 * nodeTimeout + 50);
+}

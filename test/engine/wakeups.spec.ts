@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import {
   LockAbortedError,
+  LockBusyError,
   LockEngine,
   LockTimeoutError,
   type Lock,
@@ -103,6 +104,102 @@ describe('waiters are woken when a lock is released', () => {
     const next = await patient;
     expect(performance.now() - started).toBeLessThan(1000);
     await next.release();
+  });
+
+  const contention = (engine: LockEngine) =>
+    new Promise<void>((resolve) => engine.once('contended', () => resolve()));
+
+  it('serves waiters of different processes in the order they arrived, not the order the release reaches them', async () => {
+    const [a, b, c] = [await engine(), await engine(), await engine()];
+    const resource = unique('arrival');
+    // c waits once first, so its subscription to the key's channel is the oldest:
+    // every later release message reaches c before a and b.
+    const held = await holder.acquire(resource);
+    const early = c.acquire(resource, { retry: SLOW_POLLING });
+    await contention(c);
+    await held.release();
+    const cHolds = await early;
+    const order: string[] = [];
+    const take = (name: string, engine: LockEngine) => {
+      const waiting = engine.acquire(resource, { retry: SLOW_POLLING }).then(async (lock) => {
+        order.push(name);
+        await lock.release();
+      });
+      return { waiting, contended: contention(engine) };
+    };
+    const inLine: ReturnType<typeof take>[] = [];
+    for (const [name, waiter] of [
+      ['a', a],
+      ['b', b],
+      ['c', c],
+    ] as const) {
+      inLine.push(take(name, waiter));
+      await inLine[inLine.length - 1].contended;
+    }
+    await cHolds.release();
+    await Promise.all(inLine.map((waiter) => waiter.waiting));
+    expect(order).toEqual(['a', 'b', 'c']);
+    // Each left the line when it got the lock.
+    for (const node of redis.nodes) {
+      expect(await node.cli('EXISTS', `lock:{${resource}}:q`)).toBe('0');
+    }
+  });
+
+  it('lets eight processes take turns on one hot key on three nodes: each served in full, tokens rising', async () => {
+    const workers = await Promise.all(Array.from({ length: 8 }, () => engine()));
+    const resource = unique('hot');
+    const tokens: number[] = [];
+    const grants = workers.map(() => 0);
+    await Promise.all(
+      workers.map(async (worker, w) => {
+        for (let cycle = 0; cycle < 5; cycle++) {
+          // Only release messages move the waiters (their fallback delay is 5 s).
+          const lock = await worker.acquire(resource, { retry: SLOW_POLLING, waitTimeout: 20_000 });
+          tokens.push(lock.token);
+          grants[w]++;
+          await lock.release();
+        }
+      }),
+    );
+    expect(grants).toEqual(workers.map(() => 5));
+    expect(tokens).toEqual([...tokens].sort((x, y) => x - y));
+    expect(new Set(tokens).size).toBe(tokens.length);
+  });
+
+  it('a waiter that vanished without leaving the line holds it only until its place expires', async () => {
+    const resource = unique('vanished');
+    const key = `lock:{${resource}}:q`;
+    // A waiter from long ago whose process died: first in line for 300 ms more.
+    for (const node of redis.nodes) {
+      const [seconds, micros] = (await node.cli('TIME')).split('\n').map(Number);
+      const expiry = seconds * 1000 + Math.floor(micros / 1000) + 300;
+      await node.cli('HSET', key, 'ghost', `1 ${expiry}`);
+      await node.cli('PEXPIRE', key, '10000');
+    }
+    await expect(holder.tryAcquire(resource)).rejects.toBeInstanceOf(LockBusyError);
+    const lock = await holder.acquire(resource, { retry: { delay: 20, factor: 1, maxDelay: 20 } });
+    expect(lock.isHeld).toBe(true);
+    await lock.release();
+    // Nobody but the ghost is left in line: a node whose attempt ran while the ghost's place was
+    // still valid keeps that expired place until the next attempt there prunes it.
+    for (const node of redis.nodes) expect(['', 'ghost']).toContain(await node.cli('HKEYS', key));
+  });
+
+  it('takes a waiter that gives up out of the line on every node', async () => {
+    const resource = unique('leaves');
+    const lock = await holder.acquire(resource);
+    const other = await engine();
+    const impatient = other.acquire(resource, { waitTimeout: 300, retry: SLOW_POLLING });
+    await contention(other);
+    for (const node of redis.nodes) {
+      expect(await node.cli('HLEN', `lock:{${resource}}:q`)).toBe('1');
+    }
+    await expect(impatient).rejects.toBeInstanceOf(LockTimeoutError);
+    await lock.release();
+    // The line is gone once the node has run the HDEL the engine sent on giving up.
+    for (const node of redis.nodes) {
+      expect(await node.cli('EXISTS', `lock:{${resource}}:q`)).toBe('0');
+    }
   });
 
   it('closes its subscriber connections when the engine closes', async () => {

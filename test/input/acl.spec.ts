@@ -9,6 +9,8 @@
  *   ~lock:* &lock:* -@all
  *   +evalsha +eval                       scripts run by SHA, by source after a SCRIPT FLUSH
  *   +set +get +pttl +incr +pexpire +del  what the scripts call (acquire, fence, extend, release)
+ *   +exists +hgetall +hset +hdel +time   the waiters' line, first come first served across processes
+ *                                        (optional: without it waiters are served in no set order)
  *   +publish +subscribe +unsubscribe     release notifications (optional: waiters poll without)
  *   +info +config|get                    start-up checks (optional: warned about, or checkNodes: false)
  *
@@ -47,10 +49,11 @@ const KEYS = ['~lock:*'];
 const CHANNELS = ['&lock:*'];
 const SCRIPTS = ['+evalsha', '+eval'];
 const SCRIPT_COMMANDS = ['+set', '+get', '+pttl', '+incr', '+pexpire', '+del'];
+const LINE = ['+exists', '+hgetall', '+hset', '+hdel', '+time'];
 const NOTIFICATIONS = ['+publish', '+subscribe', '+unsubscribe'];
 const CHECKS = ['+info', '+config|get'];
 const ADMIN = ['+scan', '+multi', '+exec', '+ping'];
-const LOCKING = [...SCRIPTS, ...SCRIPT_COMMANDS];
+const LOCKING = [...SCRIPTS, ...SCRIPT_COMMANDS, ...LINE];
 const MINIMAL = [...KEYS, ...CHANNELS, '-@all', ...LOCKING, ...NOTIFICATIONS, ...CHECKS];
 
 failOnUnhandledRejections();
@@ -176,7 +179,7 @@ describe('the minimal ACL for locking', () => {
     expect(consoleWarn).not.toHaveBeenCalled();
   });
 
-  it.each(LOCKING.map((rule) => [rule.slice(1)]))(
+  it.each([...SCRIPTS, ...SCRIPT_COMMANDS].map((rule) => [rule.slice(1)]))(
     'needs %s: without it locking fails with a typed LockError from the node, never a crash',
     async (command) => {
       const url = await user(MINIMAL.filter((rule) => rule !== `+${command}`));
@@ -224,6 +227,30 @@ describe('the minimal ACL for locking', () => {
       waitTimeout: 10_000,
     });
     await contended;
+    expect((await lock.release()).released).toBe(true);
+    const next = await waiting;
+    expect(next.isHeld).toBe(true);
+    await next.release();
+  });
+
+  it("needs no waiters' line: without EXISTS, HGETALL, HSET, HDEL and TIME a waiter of another engine still gets the freed lock", async () => {
+    const url = await user([
+      ...KEYS,
+      ...CHANNELS,
+      '-@all',
+      ...SCRIPTS,
+      ...SCRIPT_COMMANDS,
+      ...NOTIFICATIONS,
+      ...CHECKS,
+    ]);
+    const holder = await connected(url);
+    const waiter = await connected(url);
+    const resource = unique('no-line');
+    const lock = await holder.tryAcquire(resource);
+    const contended = secondContention(waiter);
+    const waiting = waiter.acquire(resource, { waitTimeout: 10_000 });
+    await contended;
+    expect(await node.cli('EXISTS', `lock:{${resource}}:q`)).toBe('0');
     expect((await lock.release()).released).toBe(true);
     const next = await waiting;
     expect(next.isHeld).toBe(true);
