@@ -468,12 +468,14 @@ describe('@Locked() argument values at call time (property-based)', () => {
           Array.isArray(list) &&
           list.length > 0 &&
           list.every(
-            // '}' first would close the cluster hash tag the key is wrapped in.
+            // '}' first would close the cluster hash tag the key is wrapped in; a lone surrogate
+            // would turn into U+FFFD and share its key with others.
             (k) =>
               typeof k === 'string' &&
               k.length > 0 &&
               k.length <= MAX_RESOURCE_LENGTH &&
-              !k.startsWith('}'),
+              !k.startsWith('}') &&
+              !/\p{Cs}/u.test(k),
           );
         const outcome = await orders.byFunction(key).then(
           () => undefined,
