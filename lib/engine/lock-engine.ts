@@ -156,7 +156,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       this.nodeTimeout(this.options.ttl) * 5,
     );
     if (this.options.releaseNotifications) {
-      this.channel = new ReleaseChannel(this.nodes, (key) => this.queues.released(key));
+      this.channel = new ReleaseChannel(this.nodes, (key, head) => this.queues.released(key, head));
     }
   }
 
@@ -200,6 +200,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
         } catch (error) {
           throw this.failed(request, attempt, error as LockError);
         }
+        if (ticket) ticket.waiter = request.waiter;
         if ('lock' in outcome) {
           acquired = true;
           const { lock, round } = outcome;
@@ -272,6 +273,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   private async lineUp(request: Request): Promise<Ticket> {
     request.waiting = true;
     const ticket = this.queues.join(request.queueId, request.keys);
+    ticket.waiter = request.waiter;
     await this.channel?.subscribe(request.keys, request.nodeTimeout);
     return ticket;
   }

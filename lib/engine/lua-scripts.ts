@@ -12,6 +12,33 @@ function script(name: string, source: string): LuaScript {
 }
 
 /**
+ * Lua shared by ACQUIRE and RELEASE: the node's clock in ms (nil where TIME
+ * is denied), and the earliest live waiter in a line (see ACQUIRE), nil when
+ * none or HGETALL is denied; `prune` deletes the expired places on the way.
+ */
+const LINE_LUA = `local function millis()
+  local t = redis.pcall('TIME')
+  if t.err then return nil end
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function earliest(line, now, prune)
+  local entries = redis.pcall('HGETALL', line)
+  if entries.err then return nil end
+  local head, best
+  for i = 1, #entries, 2 do
+    local arrival, expiry = string.match(entries[i + 1], '^(%S+) (%S+)$')
+    arrival, expiry = tonumber(arrival), tonumber(expiry)
+    if not expiry or expiry <= now then
+      if prune then redis.call('HDEL', line, entries[i]) end
+    elseif not best or arrival < best or (arrival == best and entries[i] < head) then
+      head, best = entries[i], arrival
+    end
+  end
+  return head
+end
+`;
+
+/**
  * Grant the lock on all resources or on none (one node).
  * KEYS: n lock keys, then (fencing) their n fence counters.
  * ARGV: value, ttl ms, n, fencing '1' | '0', seed, counter ttl ms,
@@ -37,7 +64,7 @@ function script(name: string, source: string): LuaScript {
  */
 export const ACQUIRE = script(
   'acquire',
-  `local value, n = ARGV[1], tonumber(ARGV[3])
+  `${LINE_LUA}local value, n = ARGV[1], tonumber(ARGV[3])
 local waiter, lease = ARGV[7] or '', tonumber(ARGV[9]) or 0
 local queued, now = false, nil
 local function fence(key)
@@ -47,29 +74,14 @@ local function fence(key)
   return redis.call('INCR', key)
 end
 local function clock()
-  if not now then
-    local t = redis.pcall('TIME')
-    if t.err then return nil end
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
+  now = now or millis()
   return now
 end
 local function first(key)
   local line = key .. ':q'
-  local exists = redis.pcall('EXISTS', line)
-  if exists ~= 1 or not clock() then return true end
+  if redis.pcall('EXISTS', line) ~= 1 or not clock() then return true end
   queued = true
-  local entries = redis.call('HGETALL', line)
-  local head, best
-  for i = 1, #entries, 2 do
-    local arrival, expiry = string.match(entries[i + 1], '^(%S+) (%S+)$')
-    arrival, expiry = tonumber(arrival), tonumber(expiry)
-    if not expiry or expiry <= clock() then
-      redis.call('HDEL', line, entries[i])
-    elseif not best or arrival < best or (arrival == best and entries[i] < head) then
-      head, best = entries[i], arrival
-    end
-  end
+  local head = earliest(line, now, true)
   return head == nil or head == waiter
 end
 local function refuse(pttl)
@@ -174,12 +186,14 @@ return 1`,
  * without channel permissions (or a Redis 6 cluster, which has no SPUBLISH)
  * must still be able to release. On a Redis Cluster the message is sharded
  * (SPUBLISH: it stays on the key's shard) instead of broadcast to every node.
+ * The message names the first live waiter in the key's line (empty when none),
+ * so that only that waiter asks for the lock instead of all that heard it.
  * KEYS: the lock keys. ARGV: value, notify '1' (PUBLISH) | 's' (SPUBLISH) | '0'.
  * Returns how many keys were ours and are now deleted.
  */
 export const RELEASE = script(
   'release',
-  `local released = {}
+  `${LINE_LUA}local released = {}
 for i = 1, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[1] then
     redis.call('DEL', KEYS[i])
@@ -188,7 +202,15 @@ for i = 1, #KEYS do
 end
 if ARGV[2] ~= '0' then
   local publish = ARGV[2] == 's' and 'SPUBLISH' or 'PUBLISH'
-  for i = 1, #released do redis.pcall(publish, released[i], '') end
+  local now
+  for i = 1, #released do
+    local line, head = released[i] .. ':q', nil
+    if redis.pcall('EXISTS', line) == 1 then
+      now = now or millis()
+      if now then head = earliest(line, now, false) end
+    end
+    redis.pcall(publish, released[i], head or '')
+  end
 end
 return #released`,
 );

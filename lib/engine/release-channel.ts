@@ -27,8 +27,8 @@ export class ReleaseChannel {
 
   constructor(
     private readonly nodes: readonly LockNode[],
-    /** Called with the key of every release heard. */
-    private readonly onRelease: (key: string) => void,
+    /** Called with the key of every release heard, and the waiter it names first in line ('' for none). */
+    private readonly onRelease: (key: string, head: string) => void,
   ) {}
 
   /**
@@ -109,7 +109,10 @@ export class ReleaseChannel {
  * A server's (or a Sentinel-managed master's: the duplicate finds it through
  * Sentinel too) subscriber: plain SUBSCRIBE to the keys' channels.
  */
-function serverSubscriber(client: Redis, onRelease: (key: string) => void): Subscriber {
+function serverSubscriber(
+  client: Redis,
+  onRelease: (key: string, head: string) => void,
+): Subscriber {
   const subscriber = client.duplicate({
     // A subscription waits for its node; the lock attempts never do.
     enableOfflineQueue: true,
@@ -119,7 +122,7 @@ function serverSubscriber(client: Redis, onRelease: (key: string) => void): Subs
     disconnectTimeout: 200,
   });
   subscriber.on('error', () => undefined);
-  subscriber.on('message', (channel: string) => onRelease(channel));
+  subscriber.on('message', onRelease);
   return {
     subscribe: (keys) => subscriber.subscribe(...keys),
     unsubscribe: (key) => subscriber.unsubscribe(key),
@@ -137,7 +140,10 @@ function serverSubscriber(client: Redis, onRelease: (key: string) => void): Subs
  * `shardedSubscribers`). Where that is missing (Redis 6, older ioredis) the
  * subscriptions fail and waiters fall back to polling at their retry delay.
  */
-function shardSubscriber(client: Cluster, onRelease: (key: string) => void): Subscriber {
+function shardSubscriber(
+  client: Cluster,
+  onRelease: (key: string, head: string) => void,
+): Subscriber {
   const subscriber = client.duplicate([], {
     shardedSubscribers: true,
     enableOfflineQueue: true,
@@ -146,7 +152,7 @@ function shardSubscriber(client: Cluster, onRelease: (key: string) => void): Sub
     redisOptions: { ...client.options.redisOptions, maxRetriesPerRequest: null },
   });
   subscriber.on('error', () => undefined);
-  subscriber.on('smessage', (channel: string) => onRelease(channel));
+  subscriber.on('smessage', onRelease);
   return {
     // One command per key: the keys of one SSUBSCRIBE must share a slot.
     subscribe: (keys) => Promise.all(keys.map((key) => subscriber.ssubscribe(key))),

@@ -30,10 +30,13 @@ export class WaitQueues {
     return queue.enter();
   }
 
-  /** A release of `key` was heard: the heads of the queues that wait on it try again. */
-  released(key: string): void {
+  /**
+   * A release of `key` was heard: the heads of the queues that wait on it try
+   * again, unless the nodes named another waiter (`head`) first in line.
+   */
+  released(key: string, head = ''): void {
     const set = this.byKey.get(key);
-    if (set) for (const queue of set) queue.wake();
+    if (set) for (const queue of set) queue.wake(head);
   }
 
   /** @internal */
@@ -64,9 +67,13 @@ class WaitQueue {
     return ticket;
   }
 
-  wake(): void {
+  wake(head: string): void {
+    const first = this.tickets[0];
+    // Another process's waiter is first in the nodes' line: asking now would only be refused.
+    // A waiter not yet in that line (no attempt made yet) asks, which puts it there.
+    if (head !== '' && first?.waiter && first.waiter !== head) return;
     this.wakes++;
-    this.tickets[0]?.notify(false);
+    first?.notify(false);
   }
 
   leave(ticket: Ticket, acquired: boolean): void {
@@ -87,6 +94,8 @@ class WaitQueue {
 export class Ticket {
   /** The queue's release count when this waiter last asked the nodes. */
   seen: number;
+  /** The name this waiter has in the nodes' lines, once it made an attempt. */
+  waiter = '';
   private notifyWaiter: ((tryNow: boolean) => void) | undefined;
 
   constructor(private readonly queue: WaitQueue) {

@@ -145,6 +145,41 @@ describe('waiters are woken when a lock is released', () => {
     }
   });
 
+  it('wakes only the waiter the release names first in line; the others stay asleep', async () => {
+    const [a, b, c] = [await engine(), await engine(), await engine()];
+    const resource = unique('named');
+    const held = await holder.acquire(resource);
+    const attempts = new Map<LockEngine, number>();
+    const order: string[] = [];
+    const inLine: Promise<void>[] = [];
+    for (const [name, waiter] of [
+      ['a', a],
+      ['b', b],
+      ['c', c],
+    ] as const) {
+      // Refused once, then once more right after subscribing (a release may have come before).
+      const contended = new Promise<void>((resolve) =>
+        waiter.on('contended', () => {
+          attempts.set(waiter, (attempts.get(waiter) ?? 0) + 1);
+          if (attempts.get(waiter) === 2) resolve();
+        }),
+      );
+      inLine.push(
+        waiter.acquire(resource, { retry: SLOW_POLLING }).then(async (lock) => {
+          order.push(name);
+          await lock.release();
+        }),
+      );
+      await contended;
+    }
+    await held.release();
+    await Promise.all(inLine);
+    expect(order).toEqual(['a', 'b', 'c']);
+    // Three releases went out (the holder's, a's, b's); each woke one waiter, which got the lock:
+    // nobody was refused again.
+    expect([attempts.get(a), attempts.get(b), attempts.get(c)]).toEqual([2, 2, 2]);
+  });
+
   it('lets eight processes take turns on one hot key on three nodes: each served in full, tokens rising', async () => {
     const workers = await Promise.all(Array.from({ length: 8 }, () => engine()));
     const resource = unique('hot');
