@@ -1,5 +1,17 @@
-import { Controller, Get, Module, Param, type DynamicModule } from '@nestjs/common';
-import { Locked, RedisLockModule, type LockNodeSpec } from '../../lib/index.js';
+import {
+  Controller,
+  Get,
+  Module,
+  Param,
+  UseInterceptors,
+  type DynamicModule,
+} from '@nestjs/common';
+import {
+  Locked,
+  LockContextInterceptor,
+  RedisLockModule,
+  type LockNodeSpec,
+} from '../../lib/index.js';
 
 /** A small JSON answer, the same for both endpoints. */
 interface Item {
@@ -9,21 +21,31 @@ interface Item {
 
 /**
  * Two endpoints that differ only in `@Locked()`. Both are async so that the
- * difference is the lock, not a Promise.
+ * difference is the lock, not a Promise. With `ownInterceptor`, for
+ * `contextInterceptor: false`, the locked handler applies the lock-context
+ * interceptor itself, as the README suggests for that set-up: the other
+ * handler then runs without any interceptor.
  */
-@Controller()
-export class ItemsController {
-  @Get('plain/:id')
-  async plain(@Param('id') id: string): Promise<Item> {
-    return { id, ok: true };
-  }
+function itemsController(ownInterceptor: boolean) {
+  @Controller()
+  class ItemsController {
+    @Get('plain/:id')
+    async plain(@Param('id') id: string): Promise<Item> {
+      return { id, ok: true };
+    }
 
-  @Get('locked/:id')
-  @Locked('item:<0>')
-  async locked(@Param('id') id: string): Promise<Item> {
-    return { id, ok: true };
+    @Get('locked/:id')
+    @UseInterceptors(...(ownInterceptor ? [LockContextInterceptor] : []))
+    @Locked('item:<0>')
+    async locked(@Param('id') id: string): Promise<Item> {
+      return { id, ok: true };
+    }
   }
+  return ItemsController;
 }
+
+export const ItemsController = itemsController(false);
+export const OptOutItemsController = itemsController(true);
 
 /** Only the unlocked endpoint, in an app without RedisLockModule (no lock-context interceptor). */
 @Controller()
@@ -44,16 +66,19 @@ const logger = {
 export class BenchAppModule {
   /**
    * With `nodes`: RedisLockModule with its defaults (auto-extension, the
-   * lock-context interceptor on every handler, fencing, release
-   * notifications). Without: no lock module at all, the unlocked baseline.
+   * lock-context interceptor on every handler unless `contextInterceptor` is
+   * false, fencing, release notifications). Without: no lock module at all,
+   * the unlocked baseline.
    */
-  static register(nodes: readonly LockNodeSpec[] | undefined): DynamicModule {
-    return nodes
-      ? {
-          module: BenchAppModule,
-          imports: [RedisLockModule.forRoot({ nodes, logger })],
-          controllers: [ItemsController],
-        }
-      : { module: BenchAppModule, controllers: [PlainOnlyController] };
+  static register(
+    nodes: readonly LockNodeSpec[] | undefined,
+    contextInterceptor = true,
+  ): DynamicModule {
+    if (!nodes) return { module: BenchAppModule, controllers: [PlainOnlyController] };
+    return {
+      module: BenchAppModule,
+      imports: [RedisLockModule.forRoot({ nodes, logger, contextInterceptor })],
+      controllers: [contextInterceptor ? ItemsController : OptOutItemsController],
+    };
   }
 }

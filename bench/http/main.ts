@@ -5,6 +5,7 @@
  *
  *   BENCH_HTTP_PLATFORM=express|fastify  BENCH_HTTP_NODES=redis://...,redis://...  (empty: no lock module)
  *   BENCH_HTTP_PLAIN_CLIENTS=1  the engine's clients without auto-pipelining (default: with, the engine's default)
+ *   BENCH_HTTP_CONTEXT_INTERCEPTOR=0  `contextInterceptor: false`, the interceptor on the locked handler only
  *
  * Listens on a free loopback port and reports it to the parent over IPC;
  * SIGTERM closes the app (and its Redis connections).
@@ -28,7 +29,7 @@ const nodes =
         return { host: hostname, port: Number(port), enableAutoPipelining: false };
       })
     : urls;
-const module = BenchAppModule.register(nodes);
+const module = BenchAppModule.register(nodes, process.env.BENCH_HTTP_CONTEXT_INTERCEPTOR !== '0');
 const options = { logger: ['error' as const, 'warn' as const] };
 
 const app: INestApplication =

@@ -12,30 +12,43 @@ const CONNECTIONS = 32;
 const PLATFORMS: readonly HttpPlatform[] = ['express', 'fastify'];
 
 /** The app processes of one platform and node count. */
-type AppKind = 'lock' | 'lockPlainClients' | 'bare';
+type AppKind = 'lock' | 'lockPlainClients' | 'optOut' | 'bare';
 
-type Endpoint = 'plain' | 'locked' | 'lockedPlainClients' | 'hot' | 'bare';
+type Endpoint =
+  'plain' | 'locked' | 'lockedPlainClients' | 'hot' | 'plainOptOut' | 'lockedOptOut' | 'bare';
+
+/** A fresh id on every request: `/<route>/<run>-<i>`. */
+const freshId =
+  (route: 'plain' | 'locked') =>
+  (run: string, i: number): string =>
+    `/${route}/${run}-${i}`;
 
 const ENDPOINTS: Record<
   Endpoint,
   { label: string; app: AppKind; path: (run: string, i: number) => string }
 > = {
-  plain: { label: 'GET /plain/:id', app: 'lock', path: (run, i) => `/plain/${run}-${i}` },
-  locked: {
-    label: 'GET /locked/:id (@Locked)',
-    app: 'lock',
-    path: (run, i) => `/locked/${run}-${i}`,
-  },
+  plain: { label: 'GET /plain/:id', app: 'lock', path: freshId('plain') },
+  locked: { label: 'GET /locked/:id (@Locked)', app: 'lock', path: freshId('locked') },
   lockedPlainClients: {
     label: 'GET /locked/:id (@Locked), engine on plain clients',
     app: 'lockPlainClients',
-    path: (run, i) => `/locked/${run}-${i}`,
+    path: freshId('locked'),
   },
   hot: { label: 'GET /locked/hot (@Locked, one id)', app: 'lock', path: () => '/locked/hot' },
+  plainOptOut: {
+    label: 'GET /plain/:id, contextInterceptor: false',
+    app: 'optOut',
+    path: freshId('plain'),
+  },
+  lockedOptOut: {
+    label: 'GET /locked/:id (@Locked + its own interceptor), contextInterceptor: false',
+    app: 'optOut',
+    path: freshId('locked'),
+  },
   bare: {
     label: 'GET /plain/:id, app without RedisLockModule',
     app: 'bare',
-    path: (run, i) => `/plain/${run}-${i}`,
+    path: freshId('plain'),
   },
 };
 
@@ -235,11 +248,10 @@ async function measureApps(
   const appOf = (endpoint: Endpoint) => apps.get(ENDPOINTS[endpoint].app) as HttpApp;
   try {
     for (const kind of new Set([...endpoints, ...extra].map((e) => ENDPOINTS[e].app))) {
-      const app = await startHttpApp(
-        platform,
-        kind === 'bare' ? undefined : context.urls(count),
-        kind === 'lockPlainClients',
-      );
+      const app = await startHttpApp(platform, kind === 'bare' ? undefined : context.urls(count), {
+        plainClients: kind === 'lockPlainClients',
+        noContextInterceptor: kind === 'optOut',
+      });
       apps.set(kind, app);
       context.childStarted(app.pid);
     }
@@ -290,7 +302,7 @@ export const httpScenario: Scenario = {
     "serves `GET /plain/:id` and `GET /locked/:id` with `@Locked('item:<0>')`; both are async and return the same small JSON. " +
     `autocannon, in the bench process, keeps ${CONNECTIONS} keep-alive connections busy, with a new id on every request (no contention). ` +
     'The endpoints run in interleaved rounds; req/s is the best round. ' +
-    'Besides: the locked endpoint of a second app process whose engine was given plain clients (no auto-pipelining), every request on one id (the lock is contended and requests queue for it; one run), and, on the first node count, the unlocked endpoint of a third app without RedisLockModule.',
+    'Besides: the locked endpoint of a second app process whose engine was given plain clients (no auto-pipelining), every request on one id (the lock is contended and requests queue for it; one run), and, on the first node count, both endpoints of an app with `contextInterceptor: false` (the interceptor applied to the locked handler only) and the unlocked endpoint of an app without RedisLockModule.',
   defaultNodes: [1, 3],
   async run(context: BenchContext): Promise<ScenarioResult> {
     const rows: HttpRow[] = [];
@@ -303,7 +315,7 @@ export const httpScenario: Scenario = {
             platform,
             count,
             count === counts[0]
-              ? ['plain', 'locked', 'lockedPlainClients', 'bare']
+              ? ['plain', 'locked', 'lockedPlainClients', 'plainOptOut', 'lockedOptOut', 'bare']
               : ['plain', 'locked', 'lockedPlainClients'],
             ['hot'],
           )),
@@ -388,7 +400,7 @@ export const httpScenario: Scenario = {
         '"CPU µs/request": the app process (read from /proc, 10 ms ticks), the redis-servers (all nodes), and the bench process, which runs autocannon. On 2 cores the app, autocannon and the redis-servers share the machine, so req/s is bounded by all three; CPU per request is the steadier figure for what the lock costs the app.',
         'Latency: from autocannon’s per-response times (µs resolution), 2xx responses only, over all rounds.',
         'The `hot` row sends every request to one id: @Locked waits (default: wait up to 10 s), and the app’s waiters queue first come first served, so requests/s there is the rate at which one lock passes from request to request (two Redis round trips per hand-off).',
-        'The plain endpoint in the app with RedisLockModule also passes through the lock-context interceptor (registered for every handler by default); the "app without RedisLockModule" row shows what that costs.',
+        'The plain endpoint in the app with RedisLockModule also passes through the lock-context interceptor (registered for every handler by default); the "app without RedisLockModule" row shows what that costs. Most of it is not the interceptor’s own work but what any interceptor brings: Nest runs a handler that has one through an rxjs pipeline (defer, mergeAll, a ReplaySubject, lastValueFrom) and two AsyncResources per request, and the AsyncLocalStorage the lock context needs turns on a promise hook for every Promise of the process. The `contextInterceptor: false` rows show the opt-out: handlers without an interceptor skip all of that; the locked one keeps the 409/503/400 answers through its own `@UseInterceptors(LockContextInterceptor)`.',
       ],
     };
     const charts: ChartPanel[] = [

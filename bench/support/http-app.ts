@@ -65,15 +65,23 @@ export interface HttpApp {
   stop(): Promise<void>;
 }
 
+/** How the app's RedisLockModule differs from its defaults. */
+export interface HttpAppOptions {
+  /** The engine's clients do not auto-pipeline. */
+  readonly plainClients?: boolean;
+  /** `contextInterceptor: false`, with the interceptor on the locked handler only. */
+  readonly noContextInterceptor?: boolean;
+}
+
 /**
  * Starts the app on `platform`, with RedisLockModule on `nodes` (its
- * defaults; with `plainClients` the engine's clients do not auto-pipeline),
- * or without the lock module when `nodes` is undefined.
+ * defaults, but for `options`), or without the lock module when `nodes` is
+ * undefined.
  */
 export async function startHttpApp(
   platform: HttpPlatform,
   nodes: readonly string[] | undefined,
-  plainClients = false,
+  options: HttpAppOptions = {},
 ): Promise<HttpApp> {
   await compileHttpApp();
   const child: ChildProcess = fork(MAIN, [], {
@@ -84,7 +92,8 @@ export async function startHttpApp(
       ...process.env,
       BENCH_HTTP_PLATFORM: platform,
       BENCH_HTTP_NODES: nodes ? nodes.join(',') : '',
-      BENCH_HTTP_PLAIN_CLIENTS: plainClients ? '1' : '0',
+      BENCH_HTTP_PLAIN_CLIENTS: options.plainClients ? '1' : '0',
+      BENCH_HTTP_CONTEXT_INTERCEPTOR: options.noContextInterceptor ? '0' : '1',
       NODE_ENV: 'production',
     },
     stdio: ['ignore', 'ignore', 'pipe', 'ipc'],

@@ -10,12 +10,11 @@ import {
   type NestInterceptor,
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { catchError, from, mergeMap, throwError, type Observable } from 'rxjs';
+import { Observable } from 'rxjs';
 import {
   LockBusyError,
   LockTimeoutError,
   LockUnavailableError,
-  type Lock,
   type LockError,
 } from '../engine/index.js';
 import { attachRequestLocks, lockStorage, RequestLocks, type LockFrame } from './lock-context.js';
@@ -32,7 +31,7 @@ export interface LockFailureBody {
   retryAfter?: number;
 }
 
-const EMPTY: ReadonlyMap<string, Lock> = new Map();
+const handle = (next: CallHandler): Observable<unknown> => next.handle();
 
 /**
  * Gives every handler a lock context: the locks taken while handling the
@@ -58,36 +57,38 @@ export class LockContextInterceptor implements NestInterceptor {
     const carrier = this.requestOf(context);
     if (carrier) attachRequestLocks(carrier, locks);
     const parent = lockStorage.getStore();
+    // The request's frame carries the enclosing call chain's locks (if any) unchanged.
     const frame: LockFrame = {
       engine: parent?.engine,
-      held: parent?.held ?? EMPTY,
       lock: parent?.lock,
+      outer: parent?.outer,
       request: locks,
     };
-    return lockStorage
-      .run(frame, () => next.handle())
-      .pipe(
-        catchError((error: unknown) =>
-          isLockFailure(error)
-            ? from(this.toTransportError(error as LockError, context)).pipe(
-                mergeMap((mapped) => throwError(() => mapped)),
-              )
-            : throwError(() => error),
-        ),
-      );
+    const handled = lockStorage.run(frame, handle, next);
+    // One plain Observable instead of rxjs operators: this runs for every handler of the app.
+    return new Observable((subscriber) =>
+      handled.subscribe({
+        next: (value) => subscriber.next(value),
+        error: (error: unknown) => {
+          if (!isLockFailure(error)) return subscriber.error(error);
+          // A subclass's toTransportError may throw, or not be async: settle it either way.
+          new Promise((resolve) =>
+            resolve(this.toTransportError(error as LockError, context)),
+          ).then(
+            (mapped) => subscriber.error(mapped),
+            (mappingError: unknown) => subscriber.error(mappingError),
+          );
+        },
+        complete: () => subscriber.complete(),
+      }),
+    );
   }
 
   /** The object a request's locks are attached to: HTTP request, RPC context, WebSocket client. */
   protected requestOf(context: ExecutionContext): object | undefined {
-    const type = context.getType<string>();
-    const carrier =
-      type === 'http'
-        ? context.switchToHttp().getRequest<unknown>()
-        : type === 'rpc'
-          ? context.switchToRpc().getContext<unknown>()
-          : type === 'ws'
-            ? context.switchToWs().getClient<unknown>()
-            : context.getArgByIndex<unknown>(0);
+    // What switchToHttp().getRequest(), switchToRpc().getContext() and switchToWs().getClient()
+    // return, without the closures each switchTo*() call adds to the context.
+    const carrier = context.getArgByIndex<unknown>(context.getType<string>() === 'rpc' ? 1 : 0);
     return typeof carrier === 'object' && carrier !== null ? carrier : undefined;
   }
 

@@ -67,12 +67,16 @@ export function compileLockKey(
         `${parameterCount} parameter${parameterCount === 1 ? '' : 's'} (arguments count from <0>).`,
     );
   }
+  if (parsed.length === 1) {
+    const [parts] = parsed;
+    const [template] = templates;
+    return { maxIndex, resolve: (args) => [render(parts, args, template, where)] };
+  }
   return {
     maxIndex,
-    resolve(args) {
-      const resources = parsed.map((parts, i) => render(parts, args, templates[i], where));
-      return resources.length === 1 ? resources : [...new Set(resources)];
-    },
+    resolve: (args) => [
+      ...new Set(parsed.map((parts, i) => render(parts, args, templates[i], where))),
+    ],
   };
 }
 
@@ -126,7 +130,7 @@ function render(
           ? undefined
           : (value as Record<string, unknown>)[name];
     }
-    key += encodeValue(value, part.text, () => `@Locked('${template}') on ${where}`);
+    key += encodeValue(value, part.text, template, where);
   }
   // Encoding can triple a value, and several values add up: catch it here, as a key error,
   // rather than as the engine's LockOptionsError (which no transport maps to 400).
@@ -145,11 +149,20 @@ function render(
  * `_ . ~ -` is percent-encoded, so a value such as `'1:admin'` cannot forge
  * the structure of another key (`order:1:admin` vs `order:<0>:admin`).
  */
-function encodeValue(value: unknown, placeholder: string, where: () => string): string {
+function encodeValue(value: unknown, placeholder: string, template: string, where: string): string {
+  // The common case first: a short string of safe characters is its own encoding.
+  if (
+    typeof value === 'string' &&
+    value.length > 0 &&
+    value.length <= MAX_KEY_VALUE_LENGTH &&
+    SAFE_VALUE.test(value)
+  ) {
+    return value;
+  }
   // The developer's message names the method and template; the client's names only the value.
   const fail = (problem: string, advice: string): never => {
     throw new LockKeyError(
-      `${where()}: ${placeholder} ${problem}; ${advice}`,
+      `@Locked('${template}') on ${where}: ${placeholder} ${problem}; ${advice}`,
       `The request cannot be locked: ${placeholder} ${problem}.`,
     );
   };

@@ -1,7 +1,7 @@
 import { from, isObservable, Observable, type Subscription } from 'rxjs';
 import { LockBusyError, type AcquireOptions, type Lock, type LockEngine } from '../engine/index.js';
 import { compileLockKey, type CompiledLockKey, type LockKey } from './lock-key.js';
-import { lockStorage, type LockFrame } from './lock-context.js';
+import { lockOf, lockStorage, type LockFrame } from './lock-context.js';
 import { LOCK_PARAMS_METADATA, type LockParam } from './lock-params.decorator.js';
 import { markLockFailure } from './lock-failures.js';
 import { LockSetupError } from './locked-errors.js';
@@ -26,6 +26,8 @@ interface LockedMethod {
   readonly options: LockedOptions;
   readonly params: readonly LockParam[];
   readonly original: (...args: unknown[]) => unknown;
+  /** Its options merged with the defaults of the application that called it last. */
+  merged?: { readonly defaults: LockedDefaults; readonly options: MergedOptions };
 }
 
 /**
@@ -114,89 +116,129 @@ function usesArgument(key: LockKey, index: number): boolean {
   return templates.some((t) => new RegExp(`<${index}[.>]`).test(t));
 }
 
+type MergedOptions = AcquireOptions & { autoExtend: boolean };
+
+/** The method's options over the module's defaults, merged once per application's defaults. */
+function optionsOf(method: LockedMethod, runtime: LockedRuntime): MergedOptions {
+  const cached = method.merged;
+  if (cached?.defaults === runtime.defaults) return cached.options;
+  const options = mergeLockedOptions(method.options, runtime.defaults);
+  method.merged = { defaults: runtime.defaults, options };
+  return options;
+}
+
 /** What one call does before running the method: which lock to take, or reuse. */
 interface Plan {
-  readonly engine: LockEngine;
+  /** The frame the call was made in. */
   readonly frame: LockFrame | undefined;
   /** Resources not yet held by this call chain. */
   readonly missing: readonly string[];
   /** The lock already held, when every resource is (re-entrant call). */
   readonly reused: Lock | undefined;
-  readonly options: AcquireOptions & { autoExtend: boolean };
 }
 
-const optionCache = new WeakMap<
-  LockedMethod,
-  { defaults: LockedDefaults; merged: Plan['options'] }
->();
-
-function plan(method: LockedMethod, runtime: LockedRuntime, args: unknown[]): Plan {
-  const resources = method.key.resolve(args);
-  let cached = optionCache.get(method);
-  if (cached?.defaults !== runtime.defaults) {
-    cached = {
-      defaults: runtime.defaults,
-      merged: mergeLockedOptions(method.options, runtime.defaults),
-    };
-    optionCache.set(method, cached);
+/** Throws LockKeyError (marked as a lock failure) for arguments that make no key. */
+function plan(method: LockedMethod, engine: LockEngine, args: unknown[]): Plan {
+  let resources: readonly string[];
+  try {
+    resources = method.key.resolve(args);
+  } catch (error) {
+    throw markLockFailure(error);
   }
   const frame = lockStorage.getStore();
-  const held = frame?.engine === runtime.engine ? frame.held : undefined;
-  const missing = held ? resources.filter((r) => !held.get(r)?.isHeld) : resources;
+  // Only locks of this engine count: two applications in one process never share a lock.
+  if (frame?.engine !== engine) return { frame, missing: resources, reused: undefined };
+  const missing = resources.filter((resource) => !lockOf(frame, resource)?.isHeld);
   return {
-    engine: runtime.engine,
     frame,
     missing,
-    reused: missing.length === 0 ? held!.get(resources[0]) : undefined,
-    options: cached.merged,
+    reused: missing.length === 0 ? lockOf(frame, resources[0]) : undefined,
   };
 }
 
-/** The frame the method runs in: the parent's locks plus this one. */
-function enter(method: LockedMethod, p: Plan, lock: Lock, args: unknown[]): LockFrame {
+/** The frame the method runs in: the caller's, for a reused lock; else one more link of the chain. */
+function enter(
+  method: LockedMethod,
+  p: Plan,
+  engine: LockEngine,
+  lock: Lock,
+  args: unknown[],
+): LockFrame {
   for (const param of method.params) args[param.index] = param.pick(lock);
   if (lock === p.reused) return p.frame!;
-  p.frame?.request?.locks.push(lock);
-  const held = new Map(p.frame?.engine === p.engine ? p.frame.held : undefined);
-  for (const resource of lock.resources) held.set(resource, lock);
-  return { engine: p.engine, held, lock, request: p.frame?.request };
+  const { frame } = p;
+  frame?.request?.locks.push(lock);
+  return {
+    engine,
+    lock,
+    outer: frame?.engine === engine ? frame : undefined,
+    request: frame?.request,
+  };
 }
 
-async function lockedCall(
+/**
+ * Not an async function, and no async closures inside: once AsyncLocalStorage
+ * is on, every Promise runs a hook, so a call makes as few as it can (one
+ * for the failure mapping, one for the method's result) besides the engine's.
+ */
+function lockedCall(
   method: LockedMethod,
   runtime: LockedRuntime,
   self: object,
   args: unknown[],
 ): Promise<unknown> {
+  const { engine } = runtime;
   let p: Plan;
   try {
-    p = plan(method, runtime, args);
+    p = plan(method, engine, args);
   } catch (error) {
-    throw markLockFailure(error);
+    return Promise.reject(error);
   }
-  const run = (lock: Lock) =>
-    lockStorage.run(enter(method, p, lock, args), async () => {
-      const result = await method.original.apply(self, args);
-      // Declared without an Observable return type but returned one: the lock covers the whole stream.
-      return isObservable(result) ? lastValue(result) : result;
-    });
-  if (p.reused) return run(p.reused);
+  if (p.reused) {
+    try {
+      return Promise.resolve(runIn(enter(method, p, engine, p.reused, args), method, self, args));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
   let entered = false;
-  try {
-    return await p.engine.using(
+  return engine
+    .using(
       p.missing,
       (lock) => {
         entered = true;
-        return run(lock);
+        return runIn(enter(method, p, engine, lock, args), method, self, args);
       },
-      p.options,
-    );
-  } catch (error) {
-    if (entered) throw error;
-    if (method.options.onBusy && error instanceof LockBusyError)
-      return method.options.onBusy(error, args);
-    throw markLockFailure(error);
-  }
+      optionsOf(method, runtime),
+    )
+    .then(undefined, (error: unknown) => {
+      if (entered) throw error;
+      if (method.options.onBusy && error instanceof LockBusyError)
+        return method.options.onBusy(error, args);
+      throw markLockFailure(error);
+    });
+}
+
+/** Runs the method in `frame`. */
+function runIn(frame: LockFrame, method: LockedMethod, self: object, args: unknown[]): unknown {
+  return lockStorage.run(frame, callMethod, method, self, args);
+}
+
+function callMethod(method: LockedMethod, self: object, args: unknown[]): unknown {
+  const result = method.original.apply(self, args);
+  // Declared without an Observable return type but returned one: the lock covers the whole stream.
+  if (isObservable(result)) return lastValue(result);
+  return isThenable(result) ? Promise.resolve(result).then(settled) : result;
+}
+
+const settled = (value: unknown) => (isObservable(value) ? lastValue(value) : value);
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (
+    (typeof value === 'object' || typeof value === 'function') &&
+    value !== null &&
+    typeof (value as { then?: unknown }).then === 'function'
+  );
 }
 
 function lastValue(source: Observable<unknown>): Promise<unknown> {
@@ -223,11 +265,12 @@ function lockedStream(
   args: unknown[],
 ): Observable<unknown> {
   return new Observable((subscriber) => {
+    const { engine } = runtime;
     let p: Plan;
     try {
-      p = plan(method, runtime, args);
+      p = plan(method, engine, args);
     } catch (error) {
-      subscriber.error(markLockFailure(error));
+      subscriber.error(error);
       return;
     }
     let inner: Subscription | undefined;
@@ -241,7 +284,7 @@ function lockedStream(
       new Promise<void>((resolve) => {
         stop = resolve;
         if (closed) return resolve();
-        lockStorage.run(enter(method, p, lock, args), () => {
+        lockStorage.run(enter(method, p, engine, lock, args), () => {
           try {
             inner = toObservable(method.original.apply(self, args)).subscribe({
               next: (value) => subscriber.next(value),
@@ -259,7 +302,7 @@ function lockedStream(
       });
     const held = p.reused
       ? run(p.reused)
-      : p.engine.using(p.missing, run, { ...p.options, signal: abandoned.signal });
+      : engine.using(p.missing, run, { ...optionsOf(method, runtime), signal: abandoned.signal });
     held.then(
       () => {
         if (closed) return;

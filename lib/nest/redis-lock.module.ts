@@ -11,9 +11,6 @@ import {
 } from './redis-lock.module-definition.js';
 import type { RedisLockModuleOptions } from './redis-lock-module-options.interface.js';
 
-/** Stands in for the interceptor when `contextInterceptor: false`. */
-const passThrough = { intercept: (_: unknown, next: { handle(): unknown }) => next.handle() };
-
 /**
  * Registers the Redis nodes, {@link LockService}, {@link LockContext}, the
  * set-up of `@Locked()` methods and (unless `contextInterceptor: false`) the
@@ -54,10 +51,11 @@ const passThrough = { intercept: (_: unknown, next: { handle(): unknown }) => ne
     {
       provide: APP_INTERCEPTOR,
       inject: [REDIS_LOCK_MODULE_OPTIONS, HttpAdapterHost],
+      // With `contextInterceptor: false`, no interceptor at all: Nest skips a global
+      // interceptor that a factory resolves to null, and a handler without
+      // interceptors runs without Nest's per-request Observable pipeline.
       useFactory: (options: RedisLockModuleOptions, adapterHost: HttpAdapterHost) =>
-        options.contextInterceptor === false
-          ? passThrough
-          : new LockContextInterceptor(adapterHost),
+        options.contextInterceptor === false ? null : new LockContextInterceptor(adapterHost),
     },
   ],
   exports: [LockService, LockContext],

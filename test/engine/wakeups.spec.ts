@@ -190,7 +190,7 @@ describe('waiters are woken when a lock is released', () => {
         for (let cycle = 0; cycle < 5; cycle++) {
           // Only release messages move the waiters (their fallback delay is 5 s).
           const lock = await worker.acquire(resource, { retry: SLOW_POLLING, waitTimeout: 20_000 });
-          tokens.push(lock.token);
+          tokens.push(lock.token!);
           grants[w]++;
           await lock.release();
         }
