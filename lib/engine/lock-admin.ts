@@ -102,26 +102,37 @@ export class LockAdmin {
   }
 
   /**
-   * Resources with a lock key on any node, matching `pattern` (a Redis glob
-   * on the resource name, e.g. `order:*`), at most `limit` of them.
+   * Locked resources matching `pattern` (a Redis glob on the resource name,
+   * e.g. `order:*`), at most `limit` of them: those whose lock key stands on
+   * a quorum of the nodes, or on as many as a held lock can show when some
+   * nodes do not answer. A key left on fewer (an attempt that lost the vote,
+   * a release still on its way to a slow node) is no lock and expires with
+   * its lease.
    */
   async list(pattern = '*', limit = 1000): Promise<string[]> {
     const match = `${escapeGlob(this.keyPrefix)}{${pattern}}`;
-    const found = new Set<string>();
-    // A held lock stands on a quorum of nodes, so any n - quorum + 1 nodes that answer show
-    // every one of them; fewer could miss some, which is an error rather than a short list.
+    const seen = new Map<string, number>();
     const results = await Promise.allSettled(
-      this.nodes.map((node) =>
-        Promise.all(
+      this.nodes.map(async (node) => {
+        const found = new Set<string>();
+        await Promise.all(
           node.servers().map(async (server) => {
             for await (const key of this.scan(server, match)) {
               if (found.size >= limit) break;
               found.add(key.slice(this.keyPrefix.length + 1, -1));
             }
           }),
-        ),
-      ),
+        );
+        return found;
+      }),
     );
+    for (const result of results) {
+      if (result.status === 'fulfilled') {
+        for (const resource of result.value) seen.set(resource, (seen.get(resource) ?? 0) + 1);
+      }
+    }
+    // A held lock stands on a quorum of nodes, so any n - quorum + 1 nodes that answer show
+    // every one of them; fewer could miss some, which is an error rather than a short list.
     const failures = this.failuresOf(results);
     if (this.nodes.length - failures.length < this.nodes.length - this.quorum + 1) {
       throw new LockUnavailableError(
@@ -132,7 +143,12 @@ export class LockAdmin {
         'list',
       );
     }
-    return [...found].sort().slice(0, limit);
+    const needed = Math.max(1, this.quorum - failures.length);
+    return [...seen]
+      .filter(([, count]) => count >= needed)
+      .map(([resource]) => resource)
+      .sort()
+      .slice(0, limit);
   }
 
   /**

@@ -51,6 +51,8 @@ describe('inspection and administration', () => {
       ['a', 'b', 'c'].map((name) => engine.acquire(`list:${tag}:${name}`)),
     );
     const other = await engine.acquire(`elsewhere:${tag}`);
+    // A key on one node of three (an attempt that lost the vote) is no lock.
+    await redis.nodes[0].cli('SET', `lock:{list:${tag}:stray}`, 'lost-vote', 'PX', '10000');
     expect(await engine.list(`list:${tag}:*`)).toEqual([
       `list:${tag}:a`,
       `list:${tag}:b`,
