@@ -1,0 +1,361 @@
+/**
+ * Fault scenarios, each with its expected outcome, on five real redis-server
+ * nodes behind fault proxies, with lock clients in their own processes. Every
+ * run's whole history goes through the checker (checker.ts); the figures are
+ * printed as a table at the end. See test/chaos/README.md.
+ */
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import { ACQUIRE, FENCE_WRITEBACK } from '../../lib/engine/lua-scripts.js';
+import { ChaosCluster, deadline, scriptCall, type ChaosClient } from './chaos-cluster.js';
+import { type CheckResult, violationCounts } from './checker.js';
+import { buildEngine } from './engine-variants.js';
+import { figureRow, reportFigures, type FigureRow } from './figures.js';
+import type { TrappedLink } from './fault-proxy.js';
+import { now, type OpEvent } from './history.js';
+
+/** The clients' default lease: short, so that faults outlast it. */
+const TTL = 300;
+/** A lease for the sections a test needs to stay held through a fault, under any machine load. */
+const LONG_TTL = 1000;
+const CLOCK_NODE = 4;
+/** How long a test waits for something the clients must do soon. */
+const SOON = 15_000;
+const real = buildEngine('real');
+
+let cluster: ChaosCluster;
+const figures: FigureRow[] = [];
+
+beforeAll(async () => {
+  cluster = await ChaosCluster.start({ clockShifted: [CLOCK_NODE] });
+}, 60_000);
+afterAll(async () => {
+  await cluster?.stop();
+  reportFigures('chaos-faults', 'chaos: fault scenarios', figures);
+});
+beforeEach(() => cluster.reset(), 30_000);
+
+/** Checks the run, records its figures and returns the result. */
+async function finish(run: string, build = 'real'): Promise<CheckResult> {
+  const { result, seconds } = await cluster.finish();
+  figures.push(figureRow(run, build, result, seconds));
+  return result;
+}
+
+function expectNoViolations(result: CheckResult): void {
+  expect(result.violations.slice(0, 5)).toEqual([]);
+  expect(result.grants).toBeGreaterThan(0);
+}
+
+const completions = (client: ChaosClient, op: OpEvent['op']) =>
+  cluster.events.filter((e) => e.client === client.id && e.op === op && e.type !== 'invoke');
+
+/** Resolves once `client` has been granted `count` more locks. */
+function granted(client: ChaosClient, count = 1): Promise<void> {
+  const grants = () => completions(client, 'acquire').filter((e) => e.type === 'ok').length;
+  const from = grants();
+  return cluster.until(() => grants() >= from + count, SOON, `a grant to ${client.id}`);
+}
+
+/** The trapped connections, once every one of `traps` caught one. */
+const caught = (traps: Promise<TrappedLink>[], what: string) =>
+  deadline(Promise.all(traps), SOON, what);
+
+describe('chaos: paused clients', () => {
+  it('a holder paused past its lease is refused by both fenced stores when it resumes, while the unfenced counter loses an update', async () => {
+    const [stale, next] = await cluster.startClients(2, { engine: real });
+    const resource = 'order:paused-holder';
+    // A lease long enough that the client surely reaches its pause point while it holds the lock.
+    const first = stale.section({ resource, ttl: LONG_TTL, pauseAt: 'before-write' });
+    await first.stopped;
+    // The next holder waits out the paused one's lease, then reads and writes.
+    const second = await next.section({ resource }).done;
+    await stale.resume();
+    const late = await first.done;
+
+    expect(second.acquired).toBe(true);
+    expect(late.acquired).toBe(true);
+    expect(second.token).toBeGreaterThan(late.token!);
+    const staleWrites = completions(stale, 'write:sqlite').concat(
+      completions(stale, 'write:redis'),
+    );
+    expect(staleWrites.map((e) => [e.type, e.error?.slice(0, 8)])).toEqual([
+      ['fail', 'rejected'],
+      ['fail', 'rejected'],
+    ]);
+    expect(completions(stale, 'write:control').map((e) => e.type)).toEqual(['ok']);
+
+    const result = await finish('paused holder');
+    expectNoViolations(result);
+    expect(result.refusedWrites).toBe(2);
+    // Both increments were acknowledged, the counter shows one: the bug fencing prevents.
+    expect(result.lostControlUpdates).toBe(1);
+  }, 60_000);
+
+  it('a client paused while its acquire replies are in flight never uses that grant, and the next holder gets the next token', async () => {
+    const [paused, next] = await cluster.startClients(2, { engine: real });
+    const resource = 'order:replies-in-flight';
+    // The acquire reaches every node and runs; the proxies hold the replies.
+    const traps = cluster.trap([0, 1, 2, 3, 4], scriptCall(ACQUIRE, resource), 'replies');
+    const attempt = paused.section({ resource, attempts: 0 });
+    const links = await caught(traps, 'the acquire on every node');
+    await paused.pause('acquire replies in flight');
+    // The replies now sit in the stopped process's socket.
+    for (const link of links) link.release();
+    const second = await next.section({ resource }).done;
+    await paused.resume();
+    const outcome = await attempt.done;
+
+    expect(outcome.acquired).toBe(false);
+    expect(outcome.error).toMatch(/LockUnavailableError|LockBusyError/);
+    // The nodes counted token 1 for the paused grant; it was never used, and 2 came next.
+    expect(second).toMatchObject({ acquired: true, token: 2 });
+    expectNoViolations(await finish('paused with acquire replies in flight'));
+  }, 60_000);
+
+  it('a client paused between the two fencing rounds never uses the token it was settling', async () => {
+    const [paused, next] = await cluster.startClients(2, { engine: real });
+    const resource = 'order:between-rounds';
+    // The counters disagree on every node (as after grants that failed elsewhere), so any
+    // quorum of replies disagrees and every grant needs round 2.
+    await Promise.all(
+      cluster.nodes.map((n, i) => n.cli('SET', `lock:{${resource}}:fence`, 100 * (i + 1))),
+    );
+    // Round 2 goes to the granting nodes that returned less than the highest counter.
+    const traps = cluster.trap([0, 1, 2, 3, 4], scriptCall(FENCE_WRITEBACK, resource), 'requests');
+    const links: TrappedLink[] = [];
+    for (const trap of traps) void trap.then((link) => links.push(link));
+    const attempt = paused.section({ resource, attempts: 0 });
+    await deadline(Promise.race(traps), SOON, 'a write-back');
+    await paused.pause('between the fencing rounds');
+    cluster.disarm();
+    const second = await next.section({ resource }).done;
+    // The held write-backs run now, after the lease: they find the lock gone and change nothing.
+    for (const link of links) link.release();
+    await paused.resume();
+    const outcome = await attempt.done;
+
+    expect(outcome.acquired).toBe(false);
+    expect(completions(paused, 'write:sqlite')).toEqual([]);
+    // Any three of the nodes include one counting from 300 or more.
+    expect(second.acquired).toBe(true);
+    expect(second.token).toBeGreaterThan(300);
+    const counters = await Promise.all(
+      cluster.nodes.map((n) => n.cli('GET', `lock:{${resource}}:fence`)),
+    );
+    // The next grant's token was carried to a quorum before it was used.
+    expect(counters.map(Number).filter((c) => c >= second.token!).length).toBeGreaterThanOrEqual(3);
+    expectNoViolations(await finish('paused between fencing rounds'));
+  }, 60_000);
+});
+
+describe('chaos: node faults', () => {
+  const resources = ['stock:1', 'stock:2'];
+
+  async function contend(): Promise<ChaosClient[]> {
+    const clients = await cluster.startClients(2, { engine: real });
+    for (const c of clients) c.loop(2, resources, 0);
+    await cluster.moreGrants(5, SOON, 'before the faults');
+    return clients;
+  }
+
+  /** Raises node `i`'s fence counters past the others, so the next grants need the write-back round. */
+  async function putAhead(i: number): Promise<void> {
+    for (const r of resources) {
+      const key = `lock:{${r}}:fence`;
+      const counters = await Promise.all(cluster.nodes.map((n) => n.cli('GET', key)));
+      await cluster.nodes[i].cli('SET', key, Math.max(...counters.map(Number)) + 1000);
+    }
+  }
+
+  /** Resolves once `count` acquisitions invoked since `from` have failed; returns how many were granted. */
+  async function failuresSince(from: number, count: number, what: string): Promise<number> {
+    await cluster.until(() => cluster.acquisitionsSince(from).failed >= count, SOON, what);
+    return cluster.acquisitionsSince(from).granted;
+  }
+
+  it('nodes killed during acquire and during the write-back, a minority and a majority, then restarted from their AOF: no duplicate or backwards token, no hang, recovery', async () => {
+    await contend();
+
+    // A minority dies while acquire replies are in flight: grants go on with three nodes.
+    let links = await caught(cluster.trap([3, 4], [ACQUIRE.sha], 'replies'), 'acquires on 3, 4');
+    await Promise.all([3, 4].map((i) => cluster.killNode(i, 'during acquire')));
+    for (const link of links) link.sever();
+    await cluster.moreGrants(5, SOON, 'with a minority killed');
+    await Promise.all([3, 4].map((i) => cluster.restartNode(i)));
+    await cluster.moreGrants(5, SOON, 'after the minority restarted');
+
+    // A majority dies while a write-back is in flight: nothing can be granted until it is back.
+    await putAhead(0);
+    const writeback = cluster.trap([1, 2, 3], [FENCE_WRITEBACK.sha], 'requests');
+    links = [await deadline(Promise.race(writeback), SOON, 'a write-back to 1, 2 or 3')];
+    cluster.disarm();
+    await Promise.all([1, 2, 3].map((i) => cluster.killNode(i, 'during write-back')));
+    const down = now();
+    for (const link of links) link.sever();
+    expect(await failuresSince(down, 2, 'acquisitions failing with a majority down')).toBe(0);
+    await Promise.all([1, 2, 3].map((i) => cluster.restartNode(i)));
+    await cluster.moreGrants(5, SOON, 'after the majority restarted');
+
+    // A majority dies during acquire, a minority during the write-back.
+    links = await caught(cluster.trap([0, 1, 2], [ACQUIRE.sha], 'replies'), 'acquires on 0-2');
+    await Promise.all([0, 1, 2].map((i) => cluster.killNode(i, 'during acquire')));
+    for (const link of links) link.sever();
+    await Promise.all([0, 1, 2].map((i) => cluster.restartNode(i)));
+    await cluster.moreGrants(5, SOON, 'after the majority restarted');
+    await putAhead(4);
+    const minority = cluster.trap([0, 1], [FENCE_WRITEBACK.sha], 'requests');
+    links = [await deadline(Promise.race(minority), SOON, 'a write-back to 0 or 1')];
+    cluster.disarm();
+    await Promise.all([0, 1].map((i) => cluster.killNode(i, 'during write-back')));
+    for (const link of links) link.sever();
+    await cluster.moreGrants(5, SOON, 'with a minority killed');
+    await Promise.all([0, 1].map((i) => cluster.restartNode(i)));
+    await cluster.moreGrants(5, SOON, 'after the minority restarted');
+
+    expectNoViolations(await finish('nodes killed and restarted'));
+  }, 120_000);
+
+  it('a paused node, a blackholed node, one-way and dropped connections, and replies delayed past the lease leave tokens unique and increasing and every call bounded', async () => {
+    await contend();
+    await cluster.pauseNode(0, 'SIGSTOP');
+    await cluster.moreGrants(5, SOON, 'with node 0 paused');
+    await cluster.resumeNode(0);
+    cluster.setFault(1, { kind: 'blackhole' });
+    await cluster.moreGrants(5, SOON, 'with node 1 blackholed');
+    cluster.setFault(1, { kind: 'pass' });
+    cluster.setFault(2, { kind: 'delay', ms: TTL * 2 });
+    cluster.setFault(3, { kind: 'delay', ms: TTL * 2 });
+    await cluster.moreGrants(5, SOON, 'with replies from two nodes delayed past the lease');
+    cluster.setFault(2, { kind: 'pass' });
+    cluster.setFault(3, { kind: 'pass' });
+    cluster.setFault(4, { kind: 'one-way' });
+    await cluster.moreGrants(5, SOON, 'with node 4 one-way');
+    cluster.setFault(4, { kind: 'pass' });
+    cluster.setFault(0, { kind: 'drop' });
+    await cluster.moreGrants(5, SOON, 'with node 0 dropping connections');
+    cluster.setFault(0, { kind: 'pass' });
+    // A majority answering too late: acquisitions fail rather than go ahead on late replies.
+    for (const i of [0, 1, 2]) cluster.setFault(i, { kind: 'delay', ms: TTL * 2 });
+    const delayed = now();
+    const grantedLate = await failuresSince(delayed, 2, 'acquisitions failing on late replies');
+    await cluster.heal();
+    await cluster.moreGrants(5, SOON, 'after the delays were lifted');
+
+    expect(grantedLate).toBe(0);
+    expectNoViolations(await finish('node pause, blackhole, one-way, drop, delay'));
+  }, 120_000);
+
+  it('a node whose wall clock jumps two hours ahead drops its keys and counters early, and the lock and its tokens stay safe', async () => {
+    const options = { engine: real, fenceCounterTtl: 3_600_000 };
+    const clients = await cluster.startClients(2, options);
+    const [holder] = await cluster.startClients(1, options);
+    for (const c of clients) c.loop(2, resources, 0);
+    await cluster.moreGrants(5, SOON, 'before the jump');
+    const held = 'stock:held';
+    const long = holder.section({ resource: held, ttl: LONG_TTL, autoExtend: true, holdMs: 1500 });
+    await granted(holder);
+    const before = await cluster.admin.inspect(held);
+    expect(before.nodes[CLOCK_NODE].holder).toBe(before.holder);
+
+    const skew = Date.now();
+    cluster.jumpClock(CLOCK_NODE, 2 * 3_600_000);
+    expect((await cluster.nodeTime(CLOCK_NODE)) - skew).toBeGreaterThan(2 * 3_600_000 - 60_000);
+    const after = await cluster.admin.inspect(held);
+    // The jumped node let the key expire; the other four still hold the lock.
+    expect(after.nodes[CLOCK_NODE].holder).toBeNull();
+    expect(after.nodes.filter((n) => n.holder === before.holder)).toHaveLength(4);
+    expect(after.held).toBe(true);
+    // Its fence counters expired with the jump too: the next grant there starts a new one.
+    expect(after.nodes[CLOCK_NODE].fence).toBeNull();
+
+    await cluster.moreGrants(10, SOON, 'after the jump', resources);
+    expect((await long.done).acquired).toBe(true);
+    expectNoViolations(await finish('clock jump +2 h on one node'));
+  }, 120_000);
+});
+
+describe('chaos: a node that lost its data', () => {
+  /**
+   * Nodes 3 and 4 miss four grants (blackholed), node 0 loses its data, and
+   * the next grant can only come from nodes 0, 3 and 4.
+   */
+  async function lagWipeAndGrant(reseed: boolean): Promise<CheckResult> {
+    const [client] = await cluster.startClients(1, { engine: real });
+    const resource = 'order:wiped';
+    cluster.partition([0, 1, 2]);
+    for (let i = 0; i < 4; i++)
+      expect((await client.section({ resource }).done).acquired).toBe(true);
+    await cluster.heal();
+    await cluster.wipeNode(0);
+    if (reseed) expect(Object.values(await cluster.admin.reseedFences())).toEqual([1, 0, 0, 1, 1]);
+    cluster.partition([0, 3, 4]);
+    // Reconnected first, so that no attempt fails (and counts) on only some of these nodes.
+    await client.settle([0, 3, 4]);
+    expect((await client.section({ resource }).done).acquired).toBe(true);
+    return reseed
+      ? finish('wiped node, re-seeded')
+      : finish('wiped node, not re-seeded (control)', 'real, re-seed skipped');
+  }
+
+  it('without the re-seed procedure the next grant repeats a token, and the checker reports it (negative control)', async () => {
+    const result = await lagWipeAndGrant(false);
+    expect(violationCounts(result)).toMatchObject({ 'duplicate-token': 1, 'token-order': 1 });
+  }, 60_000);
+
+  it('re-seeding with reseedFences() before the wiped node serves again keeps tokens increasing', async () => {
+    expectNoViolations(await lagWipeAndGrant(true));
+  }, 60_000);
+});
+
+describe('chaos: extension and release', () => {
+  it('automatic extension keeps a section valid through a minority failing, and a majority lost aborts the lock before the holder writes', async () => {
+    const [holder, other] = await cluster.startClients(2, { engine: real });
+    const resource = 'order:extended';
+    const extended = () => completions(holder, 'extend').filter((e) => e.type === 'ok').length;
+
+    const long = holder.section({ resource, ttl: LONG_TTL, autoExtend: true, holdMs: 2500 });
+    await granted(holder);
+    await cluster.killNode(0, 'while extending');
+    cluster.setFault(1, { kind: 'blackhole' });
+    const busy = await other.section({ resource, attempts: 0 }).done;
+    expect(busy.acquired).toBe(false);
+    expect((await long.done).acquired).toBe(true);
+    expect(extended()).toBeGreaterThanOrEqual(3);
+    expect(completions(holder, 'write:sqlite').map((e) => e.type)).toEqual(['ok']);
+    await cluster.heal();
+
+    const lost = holder.section({ resource, ttl: LONG_TTL, autoExtend: true, holdMs: 1500 });
+    await granted(holder);
+    cluster.partition([0, 1]);
+    expect((await lost.done).acquired).toBe(true);
+    // The second section learned it lost the lock and wrote nothing.
+    expect(completions(holder, 'write:sqlite')).toHaveLength(1);
+    expect(completions(holder, 'extend').some((e) => e.type === 'fail')).toBe(true);
+    await cluster.heal();
+    expect((await other.section({ resource }).done).acquired).toBe(true);
+    expectNoViolations(await finish('auto-extension while nodes fail'));
+  }, 60_000);
+
+  it('a release after the lease ran out does not delete the lock another client now holds', async () => {
+    const [stale, holder] = await cluster.startClients(2, { engine: real });
+    const resource = 'order:late-release';
+    // No extension: the lease ends while the first client still sleeps under it.
+    const first = stale.section({ resource, holdMs: TTL * 5 });
+    await granted(stale);
+    // The next holder stops itself while it holds the lock, so it cannot release before the
+    // stale client does.
+    const second = holder.section({ resource, ttl: LONG_TTL * 5, pauseAt: 'before-write' });
+    await second.stopped;
+    const before = await cluster.admin.inspect(resource);
+    expect(before.held).toBe(true);
+
+    expect((await first.done).acquired).toBe(true);
+    expect(completions(stale, 'release').map((e) => [e.type, e.released])).toEqual([['ok', false]]);
+    const after = await cluster.admin.inspect(resource);
+    expect(after.holder).toBe(before.holder);
+    expect(after.nodes.map((n) => n.holder)).toEqual(before.nodes.map((n) => n.holder));
+    await holder.resume();
+    expect((await second.done).acquired).toBe(true);
+    expectNoViolations(await finish('release after expiry'));
+  }, 60_000);
+});

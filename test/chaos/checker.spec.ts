@@ -1,0 +1,247 @@
+import { describe, expect, it } from '@jest/globals';
+import { check, operations, violationCounts, type CheckInput } from './checker.js';
+import type { OpEvent, StoreSnapshot } from './history.js';
+
+/** Builds one client's history step by step, on a fake clock. */
+class History {
+  readonly events: OpEvent[] = [];
+  private id = 0;
+
+  op(
+    client: string,
+    op: OpEvent['op'],
+    resource: string,
+    from: number,
+    to: number | undefined,
+    outcome: 'ok' | 'fail' | 'indeterminate',
+    extra: Partial<OpEvent> = {},
+    end: Partial<OpEvent> = {},
+  ): number {
+    const id = ++this.id;
+    const base = { op, client, worker: 0, id, resource };
+    this.events.push({ ...base, type: 'invoke', time: from, ...extra });
+    if (to !== undefined) this.events.push({ ...base, type: outcome, time: to, ...end });
+    return id;
+  }
+
+  /** A fenced SQLite write on 'r' at `at`, with `token` (payload `client:token`), 1 ms long. */
+  write(
+    client: string,
+    lock: number | undefined,
+    token: number,
+    at: number,
+    outcome: 'ok' | 'fail',
+    end: Partial<OpEvent> = {},
+  ): void {
+    const payload = `${client}:${token}`;
+    this.op(client, 'write:sqlite', 'r', at, at + 1, outcome, { token, lock, payload }, end);
+  }
+
+  /** A grant at `at` with `token`, valid for 300 ms, released at `release`. */
+  hold(client: string, resource: string, token: number, at: number, release: number): number {
+    const lock = this.op(
+      client,
+      'acquire',
+      resource,
+      at - 5,
+      at,
+      'ok',
+      {},
+      {
+        token,
+        validUntil: at + 300,
+      },
+    );
+    this.op(client, 'release', resource, release, release + 1, 'ok', { lock });
+    return lock;
+  }
+}
+
+const kinds = (history: History, extra: Omit<CheckInput, 'events'> = {}) =>
+  violationCounts(check({ events: history.events, ...extra }));
+
+describe('chaos checker', () => {
+  it('finds nothing in a clean history of hand-offs', () => {
+    const h = new History();
+    h.hold('c1', 'r', 1, 100, 150);
+    h.hold('c2', 'r', 2, 160, 200);
+    h.hold('c1', 'r', 3, 210, 250);
+    h.hold('c2', 'other', 1, 120, 130);
+    const result = check({ events: h.events });
+    expect(result.violations).toEqual([]);
+    expect(result).toMatchObject({ operations: 8, ok: 8, grants: 4 });
+  });
+
+  it('reports a token granted twice and a token that goes backwards in grant order', () => {
+    const h = new History();
+    h.hold('c1', 'r', 5, 100, 150);
+    h.hold('c2', 'r', 5, 160, 200);
+    h.hold('c1', 'r', 4, 210, 250);
+    expect(kinds(h)).toEqual({ 'duplicate-token': 1, 'token-order': 1 });
+  });
+
+  it('orders grants by what the history can tell: a grant recorded late, after a pause, is no violation', () => {
+    // c1 is granted token 1 at 100 but is paused before it records the grant, at 700; c2 asks at
+    // 500, after c1's validity, and gets token 2, which it records at 505.
+    const h = new History();
+    const late = h.op('c1', 'acquire', 'r', 95, 700, 'ok', {}, { token: 1, validUntil: 395 });
+    h.op('c1', 'release', 'r', 701, 702, 'ok', { lock: late });
+    h.hold('c2', 'r', 2, 505, 550);
+    expect(kinds(h)).toEqual({});
+    // The same history with c2's token below c1's, asked for after c1 recorded its grant, is.
+    const backwards = new History();
+    backwards.op('c1', 'acquire', 'r', 95, 700, 'ok', {}, { token: 2, validUntil: 395 });
+    backwards.hold('c2', 'r', 1, 710, 750);
+    expect(kinds(backwards)).toEqual({ 'token-order': 1 });
+  });
+
+  it('reports holdings that overlap, cut at the lock validity and moved by extensions', () => {
+    const h = new History();
+    const first = h.hold('c1', 'r', 1, 100, 1000);
+    h.hold('c2', 'r', 2, 350, 360); // c1's validity ended at 400
+    expect(kinds(h)).toEqual({ overlap: 1 });
+    h.op('c1', 'extend', 'r', 300, 301, 'ok', { lock: first }, { validUntil: 700 });
+    expect(check({ events: h.events }).violations.map((v) => v.kind)).toEqual(['overlap']);
+    const clean = new History();
+    clean.hold('c1', 'r', 1, 100, 1000);
+    clean.hold('c2', 'r', 2, 450, 460);
+    expect(kinds(clean)).toEqual({});
+  });
+
+  it('reports a call over its bound, minus the time its client was paused, and one that never ended', () => {
+    const h = new History();
+    h.op('c1', 'write:redis', 'r', 0, 5000, 'ok', { bound: 3000 });
+    expect(kinds(h)).toEqual({ hang: 1 });
+    const paused = { kind: 'pause-client', target: 'c1', start: 1000, end: 3500 };
+    expect(kinds(h, { faults: [paused] })).toEqual({});
+    h.op('c2', 'acquire', 'r', 100, undefined, 'ok', { bound: 3000 });
+    expect(kinds(h, { faults: [paused] })).toEqual({ hang: 1 });
+    // A client the harness killed leaves its open calls indeterminate, not hung.
+    const result = check({
+      events: h.events,
+      faults: [paused],
+      clients: new Map([['c2', { killedAt: 200 }]]),
+    });
+    expect(result.violations).toEqual([]);
+    expect(result.indeterminate).toBe(1);
+    expect(operations(h.events).map((o) => o.outcome)).toEqual(['ok', 'pending']);
+  });
+
+  function store(
+    log: [string, number, string][],
+    rows: [string, number, string | null][],
+  ): StoreSnapshot {
+    return {
+      name: 'sqlite',
+      log: log.map(([resource, token, payload]) => ({ resource, token, payload })),
+      rows: new Map(rows.map(([r, token, payload]) => [r, { token, payload }])),
+    };
+  }
+
+  it('checks a fenced store against the writes: accepted tokens only go up, acknowledged writes all kept, refused ones never', () => {
+    const h = new History();
+    const a = h.hold('c1', 'r', 1, 100, 150);
+    h.write('c1', a, 1, 110, 'ok', { validAtEnd: true });
+    const b = h.hold('c2', 'r', 2, 160, 200);
+    h.write('c2', b, 2, 170, 'ok', { validAtEnd: true });
+    const good = store(
+      [
+        ['r', 1, 'c1:1'],
+        ['r', 2, 'c2:2'],
+      ],
+      [['r', 2, 'c2:2']],
+    );
+    expect(kinds(h, { stores: [good] })).toEqual({});
+
+    const regressed = store(
+      [
+        ['r', 2, 'c2:2'],
+        ['r', 1, 'c1:1'],
+      ],
+      [['r', 1, 'c1:1']],
+    );
+    expect(kinds(h, { stores: [regressed] })).toEqual({ 'store-regression': 1 });
+    const lost = store([['r', 2, 'c2:2']], [['r', 2, 'c2:2']]);
+    expect(kinds(h, { stores: [lost] })).toEqual({ 'acknowledged-write-lost': 1 });
+    const phantom = store(
+      [
+        ['r', 1, 'c1:1'],
+        ['r', 2, 'c2:2'],
+        ['r', 3, 'x:9'],
+      ],
+      [['r', 3, 'x:9']],
+    );
+    expect(kinds(h, { stores: [phantom] })).toEqual({ 'phantom-write': 1 });
+    const stale = store(
+      [
+        ['r', 1, 'c1:1'],
+        ['r', 2, 'c2:2'],
+      ],
+      [['r', 1, 'c1:1']],
+    );
+    expect(kinds(h, { stores: [stale] })).toEqual({ 'store-final-state': 1 });
+  });
+
+  it('counts a refused write as the fence working, unless the writer still held a valid lock', () => {
+    const h = new History();
+    const a = h.hold('c1', 'r', 1, 100, 900);
+    const b = h.hold('c2', 'r', 2, 500, 550);
+    h.write('c2', b, 2, 510, 'ok');
+    h.write('c1', a, 1, 800, 'fail', {
+      error: 'rejected: a later token came first',
+      validAtEnd: false,
+    });
+    const kept = store([['r', 2, 'c2:2']], [['r', 2, 'c2:2']]);
+    const result = check({ events: h.events, stores: [kept] });
+    expect(result.violations).toEqual([]);
+    expect(result.refusedWrites).toBe(1);
+
+    const valid = new History();
+    const c = valid.hold('c1', 'r', 1, 100, 150);
+    valid.write('c1', c, 1, 110, 'fail', { error: 'rejected', validAtEnd: true });
+    expect(kinds(valid, { stores: [store([], [])] })).toEqual({ 'valid-holder-rejected': 1 });
+  });
+
+  it('reports a token that is no positive safe integer, and a failed write the store kept', () => {
+    const h = new History();
+    const a = h.hold('c1', 'r', 0, 100, 150);
+    h.write('c1', a, 0, 110, 'fail', { error: 'SqliteError: database is locked' });
+    const kept = store([['r', 0, 'c1:0']], [['r', 0, 'c1:0']]);
+    expect(kinds(h, { stores: [kept] })).toEqual({ 'bad-token': 1, 'rejected-write-applied': 1 });
+  });
+
+  it('reports a write made with a token no granted acquisition returned', () => {
+    const h = new History();
+    h.op('c1', 'acquire', 'r', 0, 10, 'fail', {}, { error: 'LockUnavailableError' });
+    h.write('c1', undefined, 7, 20, 'ok');
+    expect(kinds(h, { stores: [store([['r', 7, 'c1:7']], [['r', 7, 'c1:7']])] })).toEqual({
+      'foreign-token': 1,
+    });
+  });
+
+  it('measures lost updates of the unfenced counter without calling them violations', () => {
+    const h = new History();
+    h.op('c1', 'write:control', 'r', 0, 1, 'ok', { value: 1 });
+    h.op('c2', 'write:control', 'r', 2, 3, 'ok', { value: 1 });
+    const result = check({ events: h.events, control: new Map([['r', 1]]) });
+    expect(result.lostControlUpdates).toBe(1);
+    expect(result.violations).toEqual([]);
+  });
+
+  it('reports lock keys, subscribers and connections left on the nodes, and a client that crashed', () => {
+    const result = check({
+      events: [],
+      clients: new Map([['c1', { crashed: 'exited (70): unhandled rejection' }]]),
+      residue: [
+        { node: 'node0', lockKeys: ['lock:{r}'], subscribers: 1, connections: 2 },
+        { node: 'node1', lockKeys: [], subscribers: 0, connections: 0 },
+      ],
+    });
+    expect(violationCounts(result)).toEqual({
+      'client-crashed': 1,
+      'leaked-lock-key': 1,
+      'leaked-subscriber': 1,
+      'leaked-connection': 1,
+    });
+  });
+});

@@ -1,0 +1,416 @@
+/**
+ * Checks a chaos run's history: the lock clients' operations, the faults the
+ * harness injected, what the fenced stores kept and what the nodes still held
+ * at the end. Pure: no I/O, so it is unit-tested on hand-made histories
+ * (checker.spec.ts).
+ *
+ * Safety, per resource:
+ * - `duplicate-token`, `token-order`: tokens of the granted acquisitions are
+ *   unique and strictly increasing in grant order: a grant its client had
+ *   learned of before another acquisition was invoked has the smaller token.
+ * - `overlap`: the holding intervals (grant to release, cut at the lock's
+ *   last known validity) never overlap.
+ * - `foreign-token`: a store was written with a token that no granted
+ *   acquisition of that client returned (a token from a failed grant).
+ * Fenced stores:
+ * - `store-regression`: accepted tokens never go backwards.
+ * - `acknowledged-write-lost`, `rejected-write-applied`, `phantom-write`,
+ *   `store-final-state`: the log holds every acknowledged write once, no
+ *   refused one and nothing else; the row is the last logged write.
+ * - `valid-holder-rejected`: a store refused a write made and answered while
+ *   the writer's lock was valid, so something with an equal or later token
+ *   got there first: a broken lock.
+ * Liveness and hygiene:
+ * - `hang`: a call took longer than its bound (time its client was paused
+ *   does not count), or never ended although its client lived on.
+ * - `client-crashed`: a client exited on its own with an error, or could not
+ *   close its engine or exit in time.
+ * - `leaked-lock-key`, `leaked-subscriber`, `leaked-connection`: what the
+ *   clients left on the nodes once they had closed their engines: a lock key
+ *   that no lease will remove, a lock channel subscriber, a connection.
+ *
+ * The unfenced control counter is not checked, only measured: its lost
+ * updates show that the harness does see what happens without a fence.
+ */
+import type { FaultEvent, NodeResidue, OpEvent, StoreSnapshot } from './history.js';
+
+export interface Violation {
+  readonly kind: string;
+  readonly resource?: string;
+  readonly message: string;
+}
+
+export interface ClientFate {
+  /** When the harness killed it (SIGKILL), if it did. */
+  readonly killedAt?: number;
+  /** Why it failed: it exited on its own with an error, or could not close or exit in time. */
+  readonly crashed?: string;
+}
+
+export interface CheckInput {
+  readonly events: readonly OpEvent[];
+  readonly faults?: readonly FaultEvent[];
+  readonly clients?: ReadonlyMap<string, ClientFate>;
+  readonly stores?: readonly StoreSnapshot[];
+  /** The unfenced counter's final value per resource. */
+  readonly control?: ReadonlyMap<string, number>;
+  readonly residue?: readonly NodeResidue[];
+}
+
+export interface CheckResult {
+  /** Operations invoked. */
+  readonly operations: number;
+  readonly ok: number;
+  readonly failed: number;
+  readonly indeterminate: number;
+  /** Granted acquisitions. */
+  readonly grants: number;
+  readonly faults: number;
+  /** Fenced writes refused (a stale holder caught by the fence). */
+  readonly refusedWrites: number;
+  /** Acknowledged control increments that the counter does not show. */
+  readonly lostControlUpdates: number;
+  readonly violations: readonly Violation[];
+}
+
+export interface Operation {
+  readonly invoke: OpEvent;
+  readonly end: OpEvent | undefined;
+  readonly outcome: 'ok' | 'fail' | 'indeterminate' | 'pending';
+}
+
+/** Pairs each invoke with its completion. */
+export function operations(events: readonly OpEvent[]): Operation[] {
+  const ends = new Map<string, OpEvent>();
+  for (const e of events) if (e.type !== 'invoke') ends.set(`${e.client}/${e.id}`, e);
+  return events
+    .filter((e) => e.type === 'invoke')
+    .map((invoke) => {
+      const end = ends.get(`${invoke.client}/${invoke.id}`);
+      return {
+        invoke,
+        end,
+        outcome: end ? (end.type as Operation['outcome']) : 'pending',
+      };
+    });
+}
+
+/** Milliseconds of [from, to] during which `client` was paused by the harness. */
+function pausedWithin(
+  faults: readonly FaultEvent[],
+  client: string,
+  from: number,
+  to: number,
+): number {
+  let paused = 0;
+  for (const f of faults) {
+    if (f.kind !== 'pause-client' || f.target !== client) continue;
+    const start = Math.max(from, f.start);
+    const end = Math.min(to, f.end ?? to);
+    if (end > start) paused += end - start;
+  }
+  return paused;
+}
+
+interface Grant {
+  readonly client: string;
+  readonly acquire: number;
+  readonly resource: string;
+  readonly token: number;
+  /** When the acquisition was invoked. */
+  readonly invoked: number;
+  /** When the client learned of the grant. */
+  readonly at: number;
+  /** Grant to release call, cut at the last known validity. */
+  end: number;
+}
+
+function grantsOf(ops: readonly Operation[]): Grant[] {
+  const grants = new Map<string, Grant>();
+  for (const { invoke, end, outcome } of ops) {
+    if (invoke.op !== 'acquire' || outcome !== 'ok' || !end) continue;
+    grants.set(`${invoke.client}/${invoke.id}`, {
+      client: invoke.client,
+      acquire: invoke.id,
+      resource: invoke.resource,
+      token: end.token ?? Number.NaN,
+      invoked: invoke.time,
+      at: end.time,
+      end: end.validUntil ?? end.time,
+    });
+  }
+  // Extensions move the validity; the release call ends the holding.
+  const released = new Map<string, number>();
+  for (const { invoke, end, outcome } of ops) {
+    if (invoke.lock === undefined) continue;
+    const grant = grants.get(`${invoke.client}/${invoke.lock}`);
+    if (!grant) continue;
+    if (invoke.op === 'extend' && outcome === 'ok' && end?.validUntil !== undefined) {
+      grant.end = Math.max(grant.end, end.validUntil);
+    } else if (invoke.op === 'release') {
+      released.set(`${invoke.client}/${invoke.lock}`, invoke.time);
+    }
+  }
+  for (const [key, at] of released) {
+    const grant = grants.get(key)!;
+    grant.end = Math.min(grant.end, at);
+  }
+  return [...grants.values()];
+}
+
+const nameOf = (g: Grant) => `${g.client}#${g.acquire}`;
+
+/**
+ * Per resource: every token once; a grant that the client learned of before
+ * another acquisition was even invoked has the smaller token (grant order,
+ * as far as the history can tell it: the moment a client records its grant
+ * may come late, after a pause, but never before the grant); and no grant
+ * while another holding is still valid.
+ */
+function checkGrants(grants: readonly Grant[], violations: Violation[]): void {
+  const byResource = new Map<string, Grant[]>();
+  for (const g of grants) {
+    const list = byResource.get(g.resource) ?? [];
+    list.push(g);
+    byResource.set(g.resource, list);
+  }
+  for (const [resource, list] of byResource) {
+    const seen = new Map<number, Grant>();
+    for (const g of list) {
+      if (!Number.isSafeInteger(g.token) || g.token <= 0) {
+        violations.push({
+          kind: 'bad-token',
+          resource,
+          message: `${nameOf(g)} got token ${g.token}`,
+        });
+      }
+      const twin = seen.get(g.token);
+      if (twin) {
+        violations.push({
+          kind: 'duplicate-token',
+          resource,
+          message: `token ${g.token} granted to ${nameOf(twin)} and again to ${nameOf(g)}`,
+        });
+      } else {
+        seen.set(g.token, g);
+      }
+    }
+
+    // Sweep the acquisitions in invocation order over the grants in the order they were learned.
+    const learned = [...list].sort((a, b) => a.at - b.at);
+    let highest: Grant | undefined;
+    let next = 0;
+    for (const g of [...list].sort((a, b) => a.invoked - b.invoked)) {
+      while (next < learned.length && learned[next].at < g.invoked) {
+        if (!highest || learned[next].token > highest.token) highest = learned[next];
+        next++;
+      }
+      if (highest && g.token < highest.token) {
+        violations.push({
+          kind: 'token-order',
+          resource,
+          message: `${nameOf(g)} got token ${g.token}, below the ${highest.token} that ${nameOf(highest)} was granted before it asked`,
+        });
+      }
+    }
+
+    let latest: Grant | undefined;
+    for (const g of learned) {
+      if (latest && latest.end > g.at) {
+        violations.push({
+          kind: 'overlap',
+          resource,
+          message: `${nameOf(g)} was granted ${(latest.end - g.at).toFixed(1)} ms before ${nameOf(latest)}'s holding ended`,
+        });
+      }
+      if (!latest || g.end > latest.end) latest = g;
+    }
+  }
+}
+
+function checkStore(
+  store: StoreSnapshot,
+  ops: readonly Operation[],
+  grants: readonly Grant[],
+  violations: Violation[],
+): number {
+  const writes = ops.filter((o) => o.invoke.op === `write:${store.name}`);
+  const logged = new Map<string, number>();
+  const last = new Map<string, number>();
+  const lastEntry = new Map<string, { token: number; payload: string }>();
+  for (const entry of store.log) {
+    logged.set(entry.payload, (logged.get(entry.payload) ?? 0) + 1);
+    const before = last.get(entry.resource);
+    if (before !== undefined && entry.token <= before) {
+      violations.push({
+        kind: 'store-regression',
+        resource: entry.resource,
+        message: `${store.name} accepted token ${entry.token} after ${before}`,
+      });
+    }
+    last.set(entry.resource, Math.max(before ?? 0, entry.token));
+    lastEntry.set(entry.resource, entry);
+  }
+  const granted = new Set(grants.map((g) => `${g.client}/${g.token}`));
+  let refused = 0;
+  const written = new Set<string>();
+  for (const { invoke, end, outcome } of writes) {
+    const payload = invoke.payload ?? '';
+    written.add(payload);
+    const count = logged.get(payload) ?? 0;
+    const name = `${store.name} write ${payload} (token ${invoke.token})`;
+    if (!granted.has(`${invoke.client}/${invoke.token}`)) {
+      violations.push({
+        kind: 'foreign-token',
+        resource: invoke.resource,
+        message: `${name} used a token no granted acquisition of ${invoke.client} returned`,
+      });
+    }
+    if (outcome === 'ok' && count !== 1) {
+      violations.push({
+        kind: 'acknowledged-write-lost',
+        resource: invoke.resource,
+        message: `${name} was acknowledged but is logged ${count} times`,
+      });
+    } else if (outcome === 'fail' && count > 0) {
+      violations.push({
+        kind: 'rejected-write-applied',
+        resource: invoke.resource,
+        message: `${name} was refused but is in the log`,
+      });
+    } else if (count > 1) {
+      violations.push({
+        kind: 'phantom-write',
+        resource: invoke.resource,
+        message: `${name} is logged ${count} times`,
+      });
+    }
+    if (outcome === 'fail' && end?.error?.startsWith('rejected')) {
+      refused++;
+      if (end.validAtEnd) {
+        violations.push({
+          kind: 'valid-holder-rejected',
+          resource: invoke.resource,
+          message: `${name} was refused while its lock was still valid`,
+        });
+      }
+    }
+  }
+  for (const [payload] of logged) {
+    if (!written.has(payload)) {
+      violations.push({
+        kind: 'phantom-write',
+        message: `${store.name} logged ${payload}, which no client wrote`,
+      });
+    }
+  }
+  for (const [resource, row] of store.rows) {
+    const entry = lastEntry.get(resource);
+    const expected = entry?.payload ?? null;
+    if (row.payload !== expected || (entry && row.token !== entry.token)) {
+      violations.push({
+        kind: 'store-final-state',
+        resource,
+        message: `${store.name} row holds ${row.payload} (token ${row.token}), its log ends with ${expected}`,
+      });
+    }
+  }
+  return refused;
+}
+
+export function check(input: CheckInput): CheckResult {
+  const faults = input.faults ?? [];
+  const clients = input.clients ?? new Map<string, ClientFate>();
+  const ops = operations(input.events);
+  const violations: Violation[] = [];
+
+  for (const { invoke, end, outcome } of ops) {
+    const name = `${invoke.client} ${invoke.op} #${invoke.id} on ${invoke.resource}`;
+    const fate = clients.get(invoke.client);
+    if (outcome === 'pending') {
+      if (fate?.killedAt === undefined && fate?.crashed === undefined) {
+        violations.push({
+          kind: 'hang',
+          resource: invoke.resource,
+          message: `${name} never ended`,
+        });
+      }
+      continue;
+    }
+    if (invoke.bound === undefined || !end) continue;
+    const took =
+      end.time - invoke.time - pausedWithin(faults, invoke.client, invoke.time, end.time);
+    if (took > invoke.bound) {
+      violations.push({
+        kind: 'hang',
+        resource: invoke.resource,
+        message: `${name} took ${Math.round(took)} ms (bound ${invoke.bound} ms)`,
+      });
+    }
+  }
+  for (const [client, fate] of clients) {
+    if (fate.crashed !== undefined) {
+      violations.push({ kind: 'client-crashed', message: `${client}: ${fate.crashed}` });
+    }
+  }
+
+  const grants = grantsOf(ops);
+  checkGrants(grants, violations);
+  let refusedWrites = 0;
+  for (const store of input.stores ?? [])
+    refusedWrites += checkStore(store, ops, grants, violations);
+
+  let lostControlUpdates = 0;
+  if (input.control) {
+    const acknowledged = new Map<string, number>();
+    for (const { invoke, outcome } of ops) {
+      if (invoke.op === 'write:control' && outcome === 'ok') {
+        acknowledged.set(invoke.resource, (acknowledged.get(invoke.resource) ?? 0) + 1);
+      }
+    }
+    for (const [resource, count] of acknowledged) {
+      lostControlUpdates += Math.max(0, count - (input.control.get(resource) ?? 0));
+    }
+  }
+
+  for (const node of input.residue ?? []) {
+    if (node.lockKeys.length > 0) {
+      violations.push({
+        kind: 'leaked-lock-key',
+        message: `${node.node} keeps ${node.lockKeys.join(', ')} beyond any lease`,
+      });
+    }
+    if (node.subscribers > 0) {
+      violations.push({
+        kind: 'leaked-subscriber',
+        message: `${node.node} still has ${node.subscribers} lock channel(s) with subscribers after the engines closed`,
+      });
+    }
+    if (node.connections > 0) {
+      violations.push({
+        kind: 'leaked-connection',
+        message: `${node.node} still has ${node.connections} client connection(s) after the engines closed`,
+      });
+    }
+  }
+
+  return {
+    operations: ops.length,
+    ok: ops.filter((o) => o.outcome === 'ok').length,
+    failed: ops.filter((o) => o.outcome === 'fail').length,
+    indeterminate: ops.filter((o) => o.outcome === 'indeterminate' || o.outcome === 'pending')
+      .length,
+    grants: grants.length,
+    faults: faults.length,
+    refusedWrites,
+    lostControlUpdates,
+    violations,
+  };
+}
+
+/** Violations counted by kind, for messages and the summary. */
+export function violationCounts(result: CheckResult): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const v of result.violations) counts[v.kind] = (counts[v.kind] ?? 0) + 1;
+  return counts;
+}

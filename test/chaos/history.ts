@@ -1,0 +1,142 @@
+/**
+ * What the chaos runs record, shared by the lock clients (chaos-client.ts),
+ * the harness (chaos-cluster.ts) and the checker (checker.ts).
+ *
+ * Times are epoch milliseconds taken as `performance.timeOrigin +
+ * performance.now()`: monotonic within a process and comparable across the
+ * processes of one machine.
+ */
+import { performance } from 'node:perf_hooks';
+
+export const now = (): number => performance.timeOrigin + performance.now();
+
+/** Converts an engine `performance.now()` reading of this process to the shared time line. */
+export const absolute = (monotonic: number): number => performance.timeOrigin + monotonic;
+
+export type OpName =
+  | 'acquire'
+  | 'extend'
+  | 'release'
+  | 'read:control'
+  | 'write:sqlite'
+  | 'write:redis'
+  | 'write:control';
+
+/**
+ * One step of one operation. An operation is an `invoke` followed by exactly
+ * one of `ok`, `fail` (it did not happen) or `indeterminate` (it may have
+ * happened: a timeout after the request was sent, or the client died).
+ */
+export interface OpEvent {
+  readonly type: 'invoke' | 'ok' | 'fail' | 'indeterminate';
+  readonly op: OpName;
+  /** The client process's id in the run, e.g. `c2`. */
+  readonly client: string;
+  readonly worker: number;
+  /** Pairs an invoke with its completion; unique per client. */
+  readonly id: number;
+  readonly time: number;
+  readonly resource: string;
+  /** The fencing token the operation was made with (or, for acquire ok, granted). */
+  readonly token?: number;
+  /** The id of the acquire whose lock this operation used. */
+  readonly lock?: number;
+  /** End of the lock's validity on the shared time line (acquire and extend ok). */
+  readonly validUntil?: number;
+  /** Longest the operation may take, in ms, before it counts as hung (on invoke). */
+  readonly bound?: number;
+  /** What a write stored (unique per write), or what a read found. */
+  readonly payload?: string;
+  readonly value?: number;
+  /** On a write's completion: whether the lock was still valid when the store answered. */
+  readonly validAtEnd?: boolean;
+  /** On release ok: whether a quorum still held the lock and deleted it. */
+  readonly released?: boolean;
+  readonly error?: string;
+}
+
+/** A fault the harness injected, with its interval (end undefined: until the run ended). */
+export interface FaultEvent {
+  readonly kind: string;
+  /** `node2`, `proxy4`, `c1`... */
+  readonly target: string;
+  readonly start: number;
+  end?: number;
+  readonly note?: string;
+}
+
+/** One accepted write as a fenced store logged it, in the order it was accepted. */
+export interface StoreEntry {
+  readonly resource: string;
+  readonly token: number;
+  readonly payload: string;
+}
+
+export interface StoreSnapshot {
+  readonly name: 'sqlite' | 'redis';
+  /** Accepted writes in acceptance order. */
+  readonly log: readonly StoreEntry[];
+  /** The current row per resource. */
+  readonly rows: ReadonlyMap<string, { token: number; payload: string | null }>;
+}
+
+/** What the clients left on one node once they had closed their engines. */
+export interface NodeResidue {
+  readonly node: string;
+  /** Keys of the engine without an expiry (fence counters aside), or lock keys beyond the longest lease. */
+  readonly lockKeys: readonly string[];
+  /** Lock channels with subscribers. */
+  readonly subscribers: number;
+  /** Connections of the clients still open through the node's proxy. */
+  readonly connections: number;
+}
+
+/** Messages a lock client writes on stdout, one JSON object per line. */
+export type ClientMessage =
+  | { readonly type: 'ready'; readonly pid: number }
+  | { readonly type: 'op'; readonly event: OpEvent }
+  /** Written just before the client stops itself (SIGSTOP) at a pause point. */
+  | { readonly type: 'at'; readonly point: string; readonly section: string }
+  | {
+      readonly type: 'done';
+      readonly section: string;
+      readonly acquired: boolean;
+      readonly token?: number;
+      readonly error?: string;
+    }
+  /** Answers `settle`: whether those connections are all up. */
+  | { readonly type: 'settled'; readonly ready: boolean }
+  | { readonly type: 'closed' };
+
+/** Commands a lock client reads on stdin, one JSON object per line. */
+export type ClientCommand =
+  | {
+      readonly cmd: 'loop';
+      readonly workers: number;
+      readonly resources: readonly string[];
+      /** Every n-th section of a worker runs under `using()` and outlives its lease. Default 5. */
+      readonly extendEvery?: number;
+    }
+  | ({ readonly cmd: 'section'; readonly section: string } & SectionOptions)
+  /** Wait until the engine's connections to these nodes (indices) are up and in step. */
+  | { readonly cmd: 'settle'; readonly nodes: readonly number[] }
+  | { readonly cmd: 'stop' };
+
+export interface SectionOptions {
+  readonly resource: string;
+  /** Lease; default the client's. */
+  readonly ttl?: number;
+  /** Acquire retries: 0 for a single attempt. Default: retry until waitTimeout. */
+  readonly attempts?: number;
+  readonly waitTimeout?: number;
+  /** Under `using()` with automatic extension. */
+  readonly autoExtend?: boolean;
+  /** How long to hold the lock before writing, in ms. */
+  readonly holdMs?: number;
+  /**
+   * Stop this process (SIGSTOP) at this point, after announcing it:
+   * `before-write` comes after the client checked that its lock is still
+   * held, as a GC pause between the check and the write would.
+   */
+  readonly pauseAt?: 'before-write';
+}
