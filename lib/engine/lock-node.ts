@@ -237,13 +237,16 @@ export class LockNode {
     // once() also rejects on an 'error' event (a reset socket, say): closing goes on regardless.
     const ended = once(client, 'end').catch(() => undefined);
     // Bounded: a node that hangs (a paused process, a black hole) never answers QUIT.
-    const quit = client.quit().catch(() => undefined);
-    const answered = await Promise.race([
-      quit.then(() => true),
-      sleep(1000, false, { ref: false }),
-    ]);
+    const quit = client.quit().then(
+      () => true,
+      () => false,
+    );
+    const answered = await Promise.race([quit, sleep(1000, false, { ref: false })]);
     if (!answered) client.disconnect();
     await Promise.race([ended, sleep(1000, undefined, { ref: false })]);
+    // A QUIT that failed (the socket was reset under it) leaves a client that reconnects and
+    // keeps the process alive: end it for good.
+    if ((client.status as string) !== 'end') client.disconnect();
     if (this.topology === 'sentinel') closeSentinelWatch(client as Redis);
   }
 }

@@ -120,12 +120,29 @@ function serverSubscriber(
     lazyConnect: false,
     maxRetriesPerRequest: null,
     disconnectTimeout: 200,
+    // ioredis's own resubscription after a reconnect leaves its promise unhandled: closing
+    // meanwhile would crash the process. This one re-subscribes itself, errors handled.
+    autoResubscribe: false,
   });
+  const channels = new Set<string>();
+  let connected = false;
   subscriber.on('error', () => undefined);
   subscriber.on('message', onRelease);
+  subscriber.on('ready', () => {
+    if (connected && channels.size > 0) {
+      subscriber.subscribe(...channels).catch(() => undefined);
+    }
+    connected = true;
+  });
   return {
-    subscribe: (keys) => subscriber.subscribe(...keys),
-    unsubscribe: (key) => subscriber.unsubscribe(key),
+    subscribe: (keys) => {
+      for (const key of keys) channels.add(key);
+      return subscriber.subscribe(...keys);
+    },
+    unsubscribe: (key) => {
+      channels.delete(key);
+      return subscriber.unsubscribe(key);
+    },
     close: () => closeClient(subscriber),
   };
 }

@@ -9,6 +9,7 @@ import {
   type Lock,
 } from '../../lib/engine/index.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
+import { engineReady } from '../support/engine-ready.js';
 import { quietLogger } from '../support/quiet-logger.js';
 
 const redis = useRedisNodes(3);
@@ -254,5 +255,34 @@ describe('waiters are woken when a lock is released', () => {
     await waiter.close();
     expect(await clients()).toBe(before);
     await admin.quit();
+  });
+  it('subscribes again after its nodes restart, so a waiter is still woken by the release', async () => {
+    const waiter = await engine();
+    const resource = unique('resubscribe');
+    const key = `lock:{${resource}}`;
+    // One wait subscribes the waiter to the key's channel on every node (it lingers afterwards).
+    const first = await holder.acquire(resource);
+    const waited = waiter.acquire(resource, { retry: SLOW_POLLING });
+    await contention(waiter);
+    await first.release();
+    await (await waited).release();
+    // Every node restarts: a release can now reach the waiter only through new subscriptions.
+    for (const node of redis.nodes) await node.restart();
+    await engineReady(...engines);
+    // The subscriber reconnects on its own schedule, with no event the test can see: ask the nodes.
+    const deadline = performance.now() + 10_000;
+    for (const node of redis.nodes) {
+      while ((await node.cli('PUBSUB', 'NUMSUB', key)).split('\n')[1] !== '1') {
+        if (performance.now() > deadline) throw new Error(`no subscriber came back on ${key}`);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    }
+    const lock = await holder.acquire(resource);
+    const waiting = waiter.acquire(resource, { retry: SLOW_POLLING });
+    await contention(waiter);
+    const released = performance.now();
+    await lock.release();
+    await (await waiting).release();
+    expect(performance.now() - released).toBeLessThan(1000);
   });
 });
