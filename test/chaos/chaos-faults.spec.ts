@@ -107,8 +107,10 @@ describe('chaos: paused clients', () => {
 
     expect(outcome.acquired).toBe(false);
     expect(outcome.error).toMatch(/LockUnavailableError|LockBusyError/);
-    // The nodes counted token 1 for the paused grant; it was never used, and 2 came next.
-    expect(second).toMatchObject({ acquired: true, token: 2 });
+    // The nodes counted token 1 for the paused grant; it was never used, and the next grant is
+    // above it (2, or more when an attempt of the next holder lost the vote and counted one too).
+    expect(second.acquired).toBe(true);
+    expect(second.token).toBeGreaterThan(1);
     expectNoViolations(await finish('paused with acquire replies in flight'));
   }, 60_000);
 
