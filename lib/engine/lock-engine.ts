@@ -568,20 +568,22 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     // A fence counter created now starts above every token issued before it (see lua-scripts.ts).
     const seed = fencing && fenceCounterTtl > 0 ? Date.now() * FENCE_SEED_SCALE : 0;
     if (request.waiter === '') request.waiter = value;
-    const args = [
+    // A first attempt that is not yet waiting does not join the waiters' line (fewer arguments on
+    // the uncontended path): if refused, the caller lines up and asks again at once, joining then.
+    const args: (string | number)[] = [
       value,
       ttl,
       keys.length,
       fencing ? '1' : '0',
       seed,
       fenceCounterTtl,
-      request.waiter,
-      request.arrival,
-      request.lineLease,
     ];
+    if (request.waiting || request.waiter !== value) {
+      args.push(request.waiter, request.arrival, request.lineLease);
+    }
     const round = await quorumRound(
       this.nodes,
-      (node) => node.run(ACQUIRE, request.scriptKeys, args) as Promise<AcquireReply>,
+      (node) => node.run(ACQUIRE, keys, args) as Promise<AcquireReply>,
       isGranted,
       this.quorum,
       request.nodeTimeout,

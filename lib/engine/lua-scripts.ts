@@ -40,9 +40,11 @@ end
 
 /**
  * Grant the lock on all resources or on none (one node).
- * KEYS: n lock keys, then (fencing) their n fence counters.
+ * KEYS: n lock keys, optionally followed by their n fence counters (by
+ * default `<lock key>:fence`: not sending them spares bytes on every call).
  * ARGV: value, ttl ms, n, fencing '1' | '0', seed, counter ttl ms,
- * waiter id, arrival, waiter lease ms (the last three optional).
+ * waiter id, arrival, waiter lease ms (the last three optional: a first
+ * attempt leaves them out and so does not join the line).
  * Returns {1, token...} when granted, {0, pttl} when another value holds a
  * key, {0, -3} when the keys are free but an earlier waiter is first in line.
  *
@@ -66,6 +68,7 @@ export const ACQUIRE = script(
   'acquire',
   `${LINE_LUA}local value, n = ARGV[1], tonumber(ARGV[3])
 local waiter, lease = ARGV[7] or '', tonumber(ARGV[9]) or 0
+local function counter(i) return KEYS[n + i] or (KEYS[i] .. ':fence') end
 local queued, now = false, nil
 local function fence(key)
   if ARGV[5] ~= '0' and redis.call('SET', key, ARGV[5], 'NX', 'PX', ARGV[6]) then
@@ -104,13 +107,13 @@ local reply = {1}
 if n == 1 then
   if first(KEYS[1]) and redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
     granted()
-    if ARGV[4] == '1' then reply[2] = fence(KEYS[2]) end
+    if ARGV[4] == '1' then reply[2] = fence(counter(1)) end
     return reply
   end
   local holder = redis.call('GET', KEYS[1])
   if holder and holder ~= value then return refuse(redis.call('PTTL', KEYS[1])) end
   if not holder then return refuse(-3) end
-  if ARGV[4] == '1' then reply[2] = tonumber(redis.call('GET', KEYS[2])) end
+  if ARGV[4] == '1' then reply[2] = tonumber(redis.call('GET', counter(1))) end
   return reply
 end
 local mine = 0
@@ -124,7 +127,7 @@ for i = 1, n do
 end
 if mine == n then
   if ARGV[4] == '1' then
-    for i = 1, n do reply[i + 1] = tonumber(redis.call('GET', KEYS[n + i])) end
+    for i = 1, n do reply[i + 1] = tonumber(redis.call('GET', counter(i))) end
   end
   return reply
 end
@@ -134,7 +137,7 @@ end
 granted()
 for i = 1, n do redis.call('SET', KEYS[i], value, 'PX', ARGV[2]) end
 if ARGV[4] == '1' then
-  for i = 1, n do reply[i + 1] = fence(KEYS[n + i]) end
+  for i = 1, n do reply[i + 1] = fence(counter(i)) end
 end
 return reply`,
 );

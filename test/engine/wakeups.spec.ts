@@ -109,6 +109,20 @@ describe('waiters are woken when a lock is released', () => {
 
   const contention = (engine: LockEngine) =>
     new Promise<void>((resolve) => engine.once('contended', () => resolve()));
+  /**
+   * A waiter in the nodes' line: refused once, then once more right after it subscribed (a
+   * release may have come in between), which is the attempt that joins the line.
+   */
+  const inNodesLine = (engine: LockEngine) =>
+    new Promise<void>((resolve) => {
+      let refused = 0;
+      const count = () => {
+        if (++refused < 2) return;
+        engine.off('contended', count);
+        resolve();
+      };
+      engine.on('contended', count);
+    });
 
   it('serves waiters of different processes in the order they arrived, not the order the release reaches them', async () => {
     const [a, b, c] = [await engine(), await engine(), await engine()];
@@ -126,7 +140,7 @@ describe('waiters are woken when a lock is released', () => {
         order.push(name);
         await lock.release();
       });
-      return { waiting, contended: contention(engine) };
+      return { waiting, contended: inNodesLine(engine) };
     };
     const inLine: ReturnType<typeof take>[] = [];
     for (const [name, waiter] of [
@@ -226,7 +240,7 @@ describe('waiters are woken when a lock is released', () => {
     const lock = await holder.acquire(resource);
     const other = await engine();
     const impatient = other.acquire(resource, { waitTimeout: 300, retry: SLOW_POLLING });
-    await contention(other);
+    await inNodesLine(other);
     for (const node of redis.nodes) {
       expect(await node.cli('HLEN', `lock:{${resource}}:q`)).toBe('1');
     }
