@@ -390,15 +390,18 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     const start = performance.now();
     if (lock.validUntil <= start) lock.lost('its lease ran out before it was released');
     lock.released();
-    const round = await quorumRound(
+    const releasing = quorumRound(
       this.nodes,
       (node) => node.run(RELEASE, lock.keys, [lock.value, this.notify]),
       isPositive,
       this.quorum,
       this.nodeTimeout(lock.ttl),
     );
-    // This process's own waiters need no message from the nodes.
+    // This process's own waiters need no message from the nodes, nor the release's answers:
+    // their attempt goes out on the same connections after the release, so each node runs it
+    // after the release (a round trip sooner than waiting for the answers).
     for (const key of lock.keys) this.queues.released(key);
+    const round = await releasing;
     const failures = roundFailures(this.nodes, round.errors);
     if (failures.length > 0) {
       this.options.logger.warn(
