@@ -79,6 +79,10 @@ describe('nodes given in each form', () => {
       const engine = await connected(redis.nodes.map(spec));
       const resource = unique('form');
       const lock = await engine.tryAcquire(resource);
+      // The grant settles once a quorum answered; a PING on each of the engine's connections
+      // comes back only after the last node ran what was sent before it.
+      const settled = () => Promise.all(engine.nodes.map((node) => node.client.ping()));
+      await settled();
       const views = redis.nodes.map((n) => inspect(n.url));
       expect(await Promise.all(views.map((c) => c.get(keyOf(resource))))).toEqual([
         lock.value,
@@ -89,6 +93,7 @@ describe('nodes given in each form', () => {
       const result = await lock.release();
       expect(result.released).toBe(true);
       expect(result.nodesReleased).toBeGreaterThanOrEqual(2);
+      await settled();
       expect(await Promise.all(views.map((c) => c.exists(keyOf(resource))))).toEqual([0, 0, 0]);
     },
   );
