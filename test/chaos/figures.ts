@@ -113,7 +113,9 @@ function sharedDir(): string {
   for (const name of readdirSync(tmpdir())) {
     if (!name.startsWith(prefix)) continue;
     const path = join(tmpdir(), name);
-    if (Date.now() - statSync(path).mtimeMs > 3_600_000)
+    // The other spec file of this run may remove its own directory at this very moment.
+    const modified = statSync(path, { throwIfNoEntry: false })?.mtimeMs;
+    if (modified !== undefined && Date.now() - modified > 3_600_000)
       rmSync(path, { recursive: true, force: true });
   }
   return join(tmpdir(), `${prefix}${jestRun()}`);
