@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { LockEngine } from '../../lib/engine/index.js';
 import { runCli } from '../../lib/cli/lock-cli.js';
 import { engineReady } from '../support/engine-ready.js';
+import { nextLockEvent } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 
@@ -247,7 +248,7 @@ describe('the nestjs-redis-lock command line', () => {
       const waiter = new LockEngine({ nodes: urls(), logger: quietLogger() });
       await waiter.connect();
       try {
-        const contended = new Promise<void>((resolve) => waiter.once('contended', () => resolve()));
+        const contended = nextLockEvent(waiter, 'contended', resource);
         // Without the release message it would sleep 20 s before asking again.
         const waiting = waiter.acquire(resource, {
           waitTimeout: 25_000,

@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { LockEngine, LockLostError } from '../../lib/engine/index.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import { engineReady } from '../support/engine-ready.js';
+import { nextLockEvent } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
 
 const redis = useRedisNodes(3);
@@ -75,7 +76,7 @@ describe('inspection and administration', () => {
     const stuck = await engine.acquire(resource, { ttl: 60_000 });
     const waiter = new LockEngine({ nodes: redis.nodes.map((n) => n.url), logger: quietLogger() });
     await waiter.connect();
-    const contended = new Promise<void>((resolve) => waiter.once('contended', () => resolve()));
+    const contended = nextLockEvent(waiter, 'contended', resource);
     const waiting = waiter.acquire(resource, {
       retry: { delay: 5000, factor: 1, maxDelay: 5000, jitter: 0 },
     });

@@ -13,6 +13,7 @@ import {
   LockTimeoutError,
 } from '../../lib/engine/index.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
+import { nextLockEvent } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
 
 const redis = useRedisNodes(5);
@@ -86,7 +87,7 @@ describe.each([1, 3, 5])('on %i node(s)', (count) => {
       other.once('failed', ({ error }) => resolve(error)),
     );
     const waiting = other.acquire(resource, { signal: controller.signal });
-    await new Promise<void>((resolve) => other.once('contended', () => resolve()));
+    await nextLockEvent(other, 'contended', resource);
     controller.abort();
     await expect(waiting).rejects.toBeInstanceOf(LockAbortedError);
     expect(await failed).toBeInstanceOf(LockAbortedError);

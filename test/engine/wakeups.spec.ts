@@ -10,6 +10,7 @@ import {
 } from '../../lib/engine/index.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import { engineReady } from '../support/engine-ready.js';
+import { nextLockEvent } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
 
 const redis = useRedisNodes(3);
@@ -41,7 +42,7 @@ describe('waiters are woken when a lock is released', () => {
     const waiter = await engine();
     const resource = unique('remote');
     const lock = await holder.acquire(resource);
-    const contended = new Promise<void>((resolve) => waiter.once('contended', () => resolve()));
+    const contended = nextLockEvent(waiter, 'contended', resource);
     const waiting = waiter.acquire(resource, { retry: SLOW_POLLING });
     await contended;
     const released = performance.now();
@@ -56,7 +57,7 @@ describe('waiters are woken when a lock is released', () => {
     const waiter = await engine({ releaseNotifications: false });
     const resource = unique('silent');
     const lock = await silentHolder.acquire(resource);
-    const contended = new Promise<void>((resolve) => waiter.once('contended', () => resolve()));
+    const contended = nextLockEvent(waiter, 'contended', resource);
     const waiting = waiter.acquire(resource, {
       retry: { ...SLOW_POLLING, delay: 1500, maxDelay: 1500 },
     });
@@ -77,7 +78,7 @@ describe('waiters are woken when a lock is released', () => {
         order.push(i);
         await lock.release();
       });
-    const contended = new Promise<void>((resolve) => holder.once('contended', () => resolve()));
+    const contended = nextLockEvent(holder, 'contended', resource);
     const waiters = [take(0)];
     await contended;
     // The others find the line already formed and join it in the order they ask.
@@ -94,7 +95,7 @@ describe('waiters are woken when a lock is released', () => {
     const lock = await holder.acquire(resource);
     const controller = new AbortController();
     const aborted = holder.acquire(resource, { signal: controller.signal, retry: SLOW_POLLING });
-    await new Promise<void>((resolve) => holder.once('contended', () => resolve()));
+    await nextLockEvent(holder, 'contended', resource);
     const impatient = holder.acquire(resource, { waitTimeout: 200, retry: SLOW_POLLING });
     const patient = holder.acquire(resource, { retry: SLOW_POLLING });
     controller.abort();
@@ -107,22 +108,14 @@ describe('waiters are woken when a lock is released', () => {
     await next.release();
   });
 
-  const contention = (engine: LockEngine) =>
-    new Promise<void>((resolve) => engine.once('contended', () => resolve()));
+  const contention = (engine: LockEngine, resource: string) =>
+    nextLockEvent(engine, 'contended', resource);
   /**
    * A waiter in the nodes' line: refused once, then once more right after it subscribed (a
    * release may have come in between), which is the attempt that joins the line.
    */
-  const inNodesLine = (engine: LockEngine) =>
-    new Promise<void>((resolve) => {
-      let refused = 0;
-      const count = () => {
-        if (++refused < 2) return;
-        engine.off('contended', count);
-        resolve();
-      };
-      engine.on('contended', count);
-    });
+  const inNodesLine = (engine: LockEngine, resource: string) =>
+    nextLockEvent(engine, 'contended', resource, 2);
 
   it('serves waiters of different processes in the order they arrived, not the order the release reaches them', async () => {
     const [a, b, c] = [await engine(), await engine(), await engine()];
@@ -131,7 +124,7 @@ describe('waiters are woken when a lock is released', () => {
     // every later release message reaches c before a and b.
     const held = await holder.acquire(resource);
     const early = c.acquire(resource, { retry: SLOW_POLLING });
-    await contention(c);
+    await contention(c, resource);
     await held.release();
     const cHolds = await early;
     const order: string[] = [];
@@ -140,7 +133,7 @@ describe('waiters are woken when a lock is released', () => {
         order.push(name);
         await lock.release();
       });
-      return { waiting, contended: inNodesLine(engine) };
+      return { waiting, contended: inNodesLine(engine, resource) };
     };
     const inLine: ReturnType<typeof take>[] = [];
     for (const [name, waiter] of [
@@ -240,7 +233,7 @@ describe('waiters are woken when a lock is released', () => {
     const lock = await holder.acquire(resource);
     const other = await engine();
     const impatient = other.acquire(resource, { waitTimeout: 300, retry: SLOW_POLLING });
-    await inNodesLine(other);
+    await inNodesLine(other, resource);
     for (const node of redis.nodes) {
       expect(await node.cli('HLEN', `lock:{${resource}}:q`)).toBe('1');
     }
@@ -261,7 +254,7 @@ describe('waiters are woken when a lock is released', () => {
     const resource = unique('subscribers');
     const lock = await holder.acquire(resource);
     const waiting = waiter.acquire(resource);
-    await new Promise<void>((resolve) => waiter.once('contended', () => resolve()));
+    await nextLockEvent(waiter, 'contended', resource);
     await lock.release();
     await (await waiting).release();
     // Its own connection, and the subscriber it opened to wait.
@@ -277,7 +270,7 @@ describe('waiters are woken when a lock is released', () => {
     // One wait subscribes the waiter to the key's channel on every node (it lingers afterwards).
     const first = await holder.acquire(resource);
     const waited = waiter.acquire(resource, { retry: SLOW_POLLING });
-    await contention(waiter);
+    await contention(waiter, resource);
     await first.release();
     await (await waited).release();
     // Every node restarts: a release can now reach the waiter only through new subscriptions.
@@ -293,7 +286,7 @@ describe('waiters are woken when a lock is released', () => {
     }
     const lock = await holder.acquire(resource);
     const waiting = waiter.acquire(resource, { retry: SLOW_POLLING });
-    await contention(waiter);
+    await contention(waiter, resource);
     const released = performance.now();
     await lock.release();
     await (await waiting).release();

@@ -8,6 +8,7 @@ import {
   type LockEngineOptions,
 } from '../../lib/engine/index.js';
 import { hashSlot } from '../../lib/engine/cluster-scripts.js';
+import { nextLockEvent } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import type { RedisNodeProcess } from '../support/redis-nodes.js';
 import { RedisClusterProcess, type SlotRange } from '../support/redis-topologies.js';
@@ -176,7 +177,7 @@ describe('a Redis Cluster as the only node', () => {
     const { engine: waiter } = await connected();
     for (const resource of [`wake:${randomUUID()}`, ...spreadOverMasters('wake-multi')]) {
       const lock = await engine.acquire(resource);
-      const contended = new Promise<void>((resolve) => waiter.once('contended', () => resolve()));
+      const contended = nextLockEvent(waiter, 'contended', resource);
       const waiting = waiter.acquire(resource, { retry: SLOW_POLLING });
       await contended;
       const released = performance.now();
@@ -213,7 +214,7 @@ describe('a Redis Cluster as the only node', () => {
       const { engine: waiter } = await connected();
       const resource = `force:${randomUUID()}`;
       const stuck = await engine.acquire(resource, { ttl: 20_000 });
-      const contended = new Promise<void>((resolve) => waiter.once('contended', () => resolve()));
+      const contended = nextLockEvent(waiter, 'contended', resource);
       const waiting = waiter.acquire(resource, { retry: SLOW_POLLING });
       await contended;
       const forced = performance.now();

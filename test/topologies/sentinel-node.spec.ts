@@ -3,6 +3,7 @@ import { once } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { LockEngine, type LockEngineOptions, type LockNodeSpec } from '../../lib/engine/index.js';
+import { nextLockEvent } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import { RedisSentinelSetup } from '../support/redis-topologies.js';
 
@@ -84,7 +85,7 @@ describe('a Sentinel-managed master as a node', () => {
     ]);
     const resource = `wake:${randomUUID()}`;
     const lock = await holder.acquire(resource);
-    const contended = new Promise<void>((resolve) => waiter.once('contended', () => resolve()));
+    const contended = nextLockEvent(waiter, 'contended', resource);
     const waiting = waiter.acquire(resource, { retry: SLOW_POLLING });
     await contended;
     const released = performance.now();
@@ -117,7 +118,7 @@ describe('a Sentinel-managed master as a node', () => {
     expect(after.token).toBe(before.token! + 1);
 
     // Wake-ups work on the new master too: the subscriber followed it.
-    const contended = new Promise<void>((resolve) => waiter.once('contended', () => resolve()));
+    const contended = nextLockEvent(waiter, 'contended', resource);
     const waiting = waiter.acquire(resource, { retry: SLOW_POLLING });
     await contended;
     const released = performance.now();
