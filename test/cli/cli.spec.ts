@@ -12,7 +12,7 @@ import { PassThrough } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { LockEngine } from '../../lib/engine/index.js';
 import { runCli } from '../../lib/cli/lock-cli.js';
-import { engineReady } from '../support/engine-ready.js';
+import { engineReady, nodesBack } from '../support/engine-ready.js';
 import { nextLockEvent } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
@@ -84,8 +84,7 @@ describe('the nestjs-redis-lock command line', () => {
   });
   afterAll(() => app.close());
   afterEach(async () => {
-    await Promise.all(redis.nodes.map((n) => n.ensureRunning()));
-    await engineReady(app);
+    await nodesBack(redis.nodes, app);
   });
 
   describe('inspect', () => {
@@ -345,8 +344,7 @@ describe('the nestjs-redis-lock command line', () => {
     });
     afterAll(() => exact.close());
     afterEach(async () => {
-      await Promise.all(redis.nodes.map((n) => n.ensureRunning()));
-      await engineReady(exact);
+      await nodesBack(redis.nodes, exact);
     });
 
     it('raises the counters of a wiped node to the highest any node has, so the next token continues the sequence', async () => {

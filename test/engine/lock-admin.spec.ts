@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import { randomUUID } from 'node:crypto';
 import { LockEngine, LockLostError } from '../../lib/engine/index.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
-import { engineReady } from '../support/engine-ready.js';
+import { engineReady, nodesBack } from '../support/engine-ready.js';
 import { nextLockEvent } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
 
@@ -18,8 +18,7 @@ describe('inspection and administration', () => {
   });
   afterAll(() => engine.close());
   afterEach(async () => {
-    await Promise.all(redis.nodes.map((n) => n.ensureRunning()));
-    await engineReady(engine);
+    await nodesBack(redis.nodes, engine);
   });
 
   it('inspects a held lock: holder, lease and fence counter per node', async () => {
@@ -115,8 +114,7 @@ describe('re-seeding the fence counters of a node that lost its data', () => {
   });
   afterAll(() => exact.close());
   afterEach(async () => {
-    await Promise.all(redis.nodes.map((n) => n.ensureRunning()));
-    await engineReady(exact);
+    await nodesBack(redis.nodes, exact);
   });
 
   /**

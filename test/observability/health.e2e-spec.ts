@@ -11,7 +11,7 @@ import {
   RedisLockHealthModule,
   type RedisLockHealthDetails,
 } from '../../lib/health/index.js';
-import { engineReady } from '../support/engine-ready.js';
+import { engineReady, nodesBack } from '../support/engine-ready.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 
@@ -69,8 +69,7 @@ describe.each(platforms)(
     });
     afterAll(() => app.close());
     afterEach(async () => {
-      await Promise.all(redis.nodes.map((n) => n.ensureRunning()));
-      await engineReady(app.get(LockService));
+      await nodesBack(redis.nodes, app.get(LockService));
     });
 
     async function health(): Promise<{ status: number; body: HealthBody }> {

@@ -11,3 +11,12 @@ export async function engineReady(...engines: LockEngine[]): Promise<void> {
     ),
   );
 }
+
+/** After a fault test: every node serving again (resumed or restarted), and the engines connected to it. */
+export async function nodesBack(
+  nodes: readonly { ensureRunning(): Promise<void> }[],
+  ...engines: LockEngine[]
+): Promise<void> {
+  await Promise.all(nodes.map((n) => n.ensureRunning()));
+  await engineReady(...engines);
+}

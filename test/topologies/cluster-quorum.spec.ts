@@ -4,7 +4,7 @@ import { Cluster } from 'ioredis';
 import { LockBusyError, LockEngine, LockUnavailableError } from '../../lib/engine/index.js';
 import { hashSlot } from '../../lib/engine/cluster-scripts.js';
 import { ACQUIRE, EXTEND, FENCE_WRITEBACK, RELEASE } from '../../lib/engine/lua-scripts.js';
-import { engineReady } from '../support/engine-ready.js';
+import { nodesBack } from '../support/engine-ready.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import type { RedisNodeProcess } from '../support/redis-nodes.js';
 import { RedisClusterProcess, type SlotRange } from '../support/redis-topologies.js';
@@ -33,8 +33,7 @@ afterAll(async () => {
   await cluster?.stop();
 });
 afterEach(async () => {
-  await Promise.all(plain.nodes.map((n) => n.ensureRunning()));
-  await engineReady(engine);
+  await nodesBack(plain.nodes, engine);
   await loadScripts();
 });
 
