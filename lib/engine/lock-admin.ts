@@ -117,8 +117,9 @@ export class LockAdmin {
         const found = new Set<string>();
         await Promise.all(
           node.servers().map(async (server) => {
+            // Every match, not the first `limit`: the nodes scan in different orders, and a lock
+            // counts only where a quorum of them show it.
             for await (const key of this.scan(server, match)) {
-              if (found.size >= limit) break;
               found.add(key.slice(this.keyPrefix.length + 1, -1));
             }
           }),
