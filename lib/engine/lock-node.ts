@@ -2,7 +2,7 @@ import { once } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { runBySlot } from './cluster-scripts.js';
-import type { LuaScript } from './lua-scripts.js';
+import { BATCH, BATCHABLE, type LuaScript } from './lua-scripts.js';
 import {
   isClusterClient,
   isClusterSpec,
@@ -57,6 +57,21 @@ const OWNED_CLUSTER_DEFAULTS: ClusterOptions = {
     disconnectTimeout: 200,
   },
 };
+
+/** A script call waiting in {@link LockNode.run} for the end of its tick. */
+interface PendingCall {
+  readonly script: LuaScript;
+  readonly keys: readonly string[];
+  readonly args: readonly (string | number)[];
+  resolve(reply: unknown): void;
+  reject(error: unknown): void;
+}
+
+/** Where each lock script stands in {@link BATCH} (Lua counts from 1). */
+const BATCH_INDEX = new Map(BATCHABLE.map((script, i) => [script, i + 1]));
+
+/** The most calls one BATCH command carries, to keep each script run short. */
+const MAX_BATCH = 64;
 
 /** One lock node as the engine sees it: a server, a Sentinel-managed master, or a whole Redis Cluster. */
 export class LockNode {
@@ -196,7 +211,9 @@ export class LockNode {
   /**
    * Runs a script by SHA; after SCRIPT FLUSH or a restart, by source (which
    * caches it again). On a cluster, keys of several slots make one call per
-   * slot, all or nothing (see cluster-scripts.ts).
+   * slot, all or nothing (see cluster-scripts.ts). On a server, the calls
+   * made in the same tick leave together, in order: the lock scripts among
+   * them as one {@link BATCH} command (see {@link flush}).
    */
   run(
     script: LuaScript,
@@ -207,7 +224,62 @@ export class LockNode {
       return Promise.reject(new Error(`not connected (${this.lastError.message})`));
     }
     if (this.topology === 'cluster') return runBySlot(script, keys, args, this.runInSlot);
-    return this.runInSlot(script, keys, args);
+    return new Promise((resolve, reject) => {
+      if (this.pending.push({ script, keys, args, resolve, reject }) === 1) {
+        process.nextTick(this.flush);
+      }
+    });
+  }
+
+  /** Calls waiting for the end of the tick (see {@link run}). */
+  private pending: PendingCall[] = [];
+
+  /**
+   * Sends the calls of one tick in their order: each run of consecutive lock
+   * scripts (up to {@link MAX_BATCH}) as one BATCH command, a lone call or
+   * any other script by itself. Auto-pipelining then writes them together.
+   * One command instead of one per call spares the node its per-command work
+   * and the client a command object, a promise and a reply each.
+   */
+  private readonly flush = (): void => {
+    const calls = this.pending;
+    this.pending = [];
+    let i = 0;
+    while (i < calls.length) {
+      let end = i;
+      while (end < calls.length && end - i < MAX_BATCH && BATCH_INDEX.has(calls[end].script)) end++;
+      if (end - i < 2) {
+        const call = calls[i++];
+        this.runInSlot(call.script, call.keys, call.args).then(call.resolve, call.reject);
+        continue;
+      }
+      this.runBatch(calls.slice(i, end));
+      i = end;
+    }
+  };
+
+  private runBatch(calls: readonly PendingCall[]): void {
+    const keys: string[] = [];
+    const header: (string | number)[] = [calls.length];
+    const args: (string | number)[] = [];
+    for (const call of calls) {
+      header.push(BATCH_INDEX.get(call.script)!, call.keys.length, call.args.length);
+      for (const key of call.keys) keys.push(key);
+      for (const arg of call.args) args.push(arg);
+    }
+    this.runInSlot(BATCH, keys, header.concat(args)).then(
+      (replies) => {
+        const list = replies as unknown[];
+        calls.forEach((call, k) => {
+          const reply = list[k];
+          if (reply instanceof Error) call.reject(reply);
+          else call.resolve(reply);
+        });
+      },
+      (error: unknown) => {
+        for (const call of calls) call.reject(error);
+      },
+    );
   }
 
   private readonly runInSlot = (

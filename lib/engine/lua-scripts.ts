@@ -5,10 +5,20 @@ export interface LuaScript {
   readonly name: string;
   readonly source: string;
   readonly sha: string;
+  /** The script without its prelude (shared functions it needs, defined first). */
+  readonly body: string;
+  readonly prelude: string;
 }
 
-function script(name: string, source: string): LuaScript {
-  return Object.freeze({ name, source, sha: createHash('sha1').update(source).digest('hex') });
+function script(name: string, body: string, prelude = ''): LuaScript {
+  const source = prelude + body;
+  return Object.freeze({
+    name,
+    source,
+    sha: createHash('sha1').update(source).digest('hex'),
+    body,
+    prelude,
+  });
 }
 
 /**
@@ -66,7 +76,7 @@ end
  */
 export const ACQUIRE = script(
   'acquire',
-  `${LINE_LUA}local value, n = ARGV[1], tonumber(ARGV[3])
+  `local value, n = ARGV[1], tonumber(ARGV[3])
 local waiter, lease = ARGV[7] or '', tonumber(ARGV[9]) or 0
 local function counter(i) return KEYS[n + i] or (KEYS[i] .. ':fence') end
 local queued, now = false, nil
@@ -140,6 +150,7 @@ if ARGV[4] == '1' then
   for i = 1, n do reply[i + 1] = fence(counter(i)) end
 end
 return reply`,
+  LINE_LUA,
 );
 
 /**
@@ -196,7 +207,7 @@ return 1`,
  */
 export const RELEASE = script(
   'release',
-  `${LINE_LUA}local released = {}
+  `local released = {}
 for i = 1, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[1] then
     redis.call('DEL', KEYS[i])
@@ -216,6 +227,7 @@ if ARGV[2] ~= '0' then
   end
 end
 return #released`,
+  LINE_LUA,
 );
 
 /**
@@ -233,4 +245,45 @@ else
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
 return 1`,
+);
+
+/** The scripts a {@link BATCH} call can run, by their index there (from 1). */
+export const BATCHABLE: readonly LuaScript[] = [ACQUIRE, RELEASE, EXTEND, FENCE_WRITEBACK];
+
+/**
+ * Several calls of the scripts above in one command, run in the order given:
+ * concurrent lock calls bound for the same node cost the node (and the
+ * client) one command instead of one each. Every call sees its own KEYS and
+ * ARGV and gets its own reply; an error in one call (a key of the wrong type,
+ * say) is that call's reply and does not stop the others. All its keys are
+ * declared, so this is for servers, not clusters (their keys span slots).
+ * KEYS: every call's keys, in call order.
+ * ARGV: m, then m triples (script index, key count, argument count), then
+ * every call's arguments, in call order.
+ * Returns m replies; an error reply stands where a call failed.
+ */
+export const BATCH = script(
+  'batch',
+  `local scripts = {
+${BATCHABLE.map((s) => `function(KEYS, ARGV)\n${s.body}\nend`).join(',\n')}
+}
+local m, out = tonumber(ARGV[1]), {}
+local k, a = 0, 1 + 3 * m
+for i = 1, m do
+  local nk, na = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1])
+  local keys, args = {}, {}
+  for j = 1, nk do keys[j] = KEYS[k + j] end
+  for j = 1, na do args[j] = ARGV[a + j] end
+  k, a = k + nk, a + na
+  local ok, reply = pcall(scripts[tonumber(ARGV[3 * i - 1])], keys, args)
+  if ok then
+    out[i] = reply or false
+  elseif type(reply) == 'table' and reply.err then
+    out[i] = reply
+  else
+    out[i] = { err = tostring(reply) }
+  end
+end
+return out`,
+  LINE_LUA,
 );

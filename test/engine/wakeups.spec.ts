@@ -57,7 +57,9 @@ describe('waiters are woken when a lock is released', () => {
     const waiter = await engine({ releaseNotifications: false });
     const resource = unique('silent');
     const lock = await silentHolder.acquire(resource);
-    const contended = nextLockEvent(waiter, 'contended', resource);
+    // The second refusal: the waiter's first attempt is followed at once by one that joins the
+    // line; a release before that one would be taken at once, with no retry delay to show.
+    const contended = nextLockEvent(waiter, 'contended', resource, 2);
     const waiting = waiter.acquire(resource, {
       retry: { ...SLOW_POLLING, delay: 1500, maxDelay: 1500 },
     });

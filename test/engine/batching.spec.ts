@@ -1,0 +1,105 @@
+/**
+ * Concurrent lock calls bound for the same node leave as one BATCH command
+ * (lib/engine/lock-node.ts): checked on real redis-server processes through
+ * the server's own command counts, with each caller still getting its own
+ * reply, its own error and its place in the order of calls.
+ */
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { LockEngine, LockUnavailableError, type Lock } from '../../lib/engine/index.js';
+import { quietLogger } from '../support/quiet-logger.js';
+import { useRedisNodes } from '../support/use-redis-nodes.js';
+
+const redis = useRedisNodes(1);
+const unique = (name: string) => `${name}:${randomUUID()}`;
+
+/** How many EVALSHA and EVAL commands the node has run since the last CONFIG RESETSTAT. */
+async function scriptCalls(admin: Redis): Promise<number> {
+  const stats = await admin.info('commandstats');
+  let calls = 0;
+  for (const match of stats.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)) {
+    calls += Number(match[1]);
+  }
+  return calls;
+}
+
+describe('concurrent lock calls on one node', () => {
+  let engine: LockEngine;
+  let admin: Redis;
+  beforeAll(async () => {
+    admin = new Redis(redis.nodes[0].url);
+    engine = new LockEngine({ nodes: [redis.nodes[0].url], logger: quietLogger() });
+    await engine.connect();
+    // The node learns BATCH by its first use (NOSCRIPT, then by source): not counted below.
+    const warm = await Promise.all([
+      engine.tryAcquire(unique('warm')),
+      engine.tryAcquire(unique('warm')),
+    ]);
+    await Promise.all(warm.map((l) => l.release()));
+  });
+  afterAll(async () => {
+    await engine.close();
+    admin.disconnect();
+  });
+  beforeEach(async () => {
+    await admin.config('RESETSTAT');
+  });
+
+  it('reach the node as one command, and every caller gets its own lock and token', async () => {
+    const resources = Array.from({ length: 20 }, () => unique('batch'));
+    const locks = await Promise.all(resources.map((r) => engine.tryAcquire(r)));
+    expect(await scriptCalls(admin)).toBe(1);
+    expect(locks.map((l) => l.resources[0])).toEqual(resources);
+    expect(new Set(locks.map((l) => l.value)).size).toBe(20);
+    for (const lock of locks) {
+      expect(await admin.get(`lock:{${lock.resources[0]}}`)).toBe(lock.value);
+      expect(lock.token).toBeGreaterThan(0);
+    }
+    await admin.config('RESETSTAT');
+    await Promise.all(locks.map((l) => l.release()));
+    expect(await scriptCalls(admin)).toBe(1);
+    for (const r of resources) expect(await admin.exists(`lock:{${r}}`)).toBe(0);
+  });
+
+  it('keep one caller’s Redis error to that caller', async () => {
+    const foreign = unique('foreign');
+    await admin.rpush(`lock:{${foreign}}`, 'not a lock');
+    const resources = [unique('before'), foreign, unique('after')];
+    const outcomes = await Promise.allSettled(resources.map((r) => engine.tryAcquire(r)));
+    expect(await scriptCalls(admin)).toBe(1);
+    expect(outcomes[0].status).toBe('fulfilled');
+    expect(outcomes[2].status).toBe('fulfilled');
+    expect(outcomes[1].status).toBe('rejected');
+    const error = (outcomes[1] as PromiseRejectedResult).reason as Error;
+    expect(error).toBeInstanceOf(LockUnavailableError);
+    expect(error.message).toContain('WRONGTYPE');
+    expect(await admin.lrange(`lock:{${foreign}}`, 0, -1)).toEqual(['not a lock']);
+    await Promise.all(
+      outcomes.flatMap((o) => (o.status === 'fulfilled' ? [(o.value as Lock).release()] : [])),
+    );
+  });
+
+  it('run in the order they were made: a release followed by an acquire of the same key grants it', async () => {
+    const resource = unique('order');
+    const first = await engine.tryAcquire(resource);
+    await admin.config('RESETSTAT');
+    const released = first.release();
+    const second = engine.tryAcquire(resource);
+    await released;
+    const lock = await second;
+    expect(await scriptCalls(admin)).toBe(1);
+    expect(lock.token).toBeGreaterThan(first.token!);
+    await lock.release();
+  });
+
+  it('still work after the node forgot its scripts (SCRIPT FLUSH)', async () => {
+    await admin.script('FLUSH');
+    const resources = Array.from({ length: 5 }, () => unique('flushed'));
+    const locks = await Promise.all(resources.map((r) => engine.tryAcquire(r)));
+    expect(locks).toHaveLength(5);
+    // The BATCH by SHA, refused with NOSCRIPT, then by source.
+    expect(await scriptCalls(admin)).toBe(2);
+    await Promise.all(locks.map((l) => l.release()));
+  });
+});
