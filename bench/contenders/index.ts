@@ -13,15 +13,15 @@ export const OURS = oursContender({
   id: 'ours',
   label: 'ours (LockEngine)',
   settings:
-    'defaults: owns its clients (auto-pipelining), fencing on, nodeTimeout ttl/10; try: tryAcquire(); wait: acquire() with the default retry (10 ms ×5 up to 200 ms, ±50 %)',
+    'defaults: owns its clients (no auto-pipelining: the scripts of one tick go out as one BATCH command per node), fencing on, nodeTimeout ttl/10; try: tryAcquire(); wait: acquire() with the default retry (10 ms ×5 up to 200 ms, ±50 %)',
 });
 
-export const OURS_PLAIN_CLIENTS = oursContender({
-  id: 'ours-plain',
-  label: 'ours, plain clients',
-  plainClients: true,
+export const OURS_AP_CLIENTS = oursContender({
+  id: 'ours-ap',
+  label: 'ours, auto-pipelining clients',
+  autoPipeliningClients: true,
   settings:
-    'given plain ioredis clients (no auto-pipelining), to separate the engine from the pipelining',
+    'given ioredis clients with enableAutoPipelining, to show what the engine’s own batching leaves to the pipelining',
 });
 
 /** One engine per hand-off worker: wake-ups come through Redis pub/sub, not the in-process queue. */

@@ -16,10 +16,10 @@ export interface OursVariant {
   /** Default true (the engine's default). */
   readonly fencing?: boolean;
   /**
-   * Hand the engine plain ioredis clients (no auto-pipelining) instead of
-   * letting it open its own (which auto-pipeline).
+   * Hand the engine auto-pipelining ioredis clients instead of letting it
+   * open its own (which do not auto-pipeline).
    */
-  readonly plainClients?: boolean;
+  readonly autoPipeliningClients?: boolean;
   /** Retry policy of `wait` mode; default: the engine's default. */
   readonly retry?: RetryOptions;
   /**
@@ -56,8 +56,8 @@ export function oursContender(variant: OursVariant): Contender {
       };
       try {
         for (let e = 0; e < (variant.engines ?? 1); e++) {
-          const own = variant.plainClients
-            ? await openClients(urls, { autoPipelining: false })
+          const own = variant.autoPipeliningClients
+            ? await openClients(urls, { autoPipelining: true })
             : undefined;
           if (own) clients.push(...own);
           const engine = new LockEngine({

@@ -4,7 +4,7 @@
  * decorator metadata that tsx does not emit).
  *
  *   BENCH_HTTP_PLATFORM=express|fastify  BENCH_HTTP_NODES=redis://...,redis://...  (empty: no lock module)
- *   BENCH_HTTP_PLAIN_CLIENTS=1  the engine's clients without auto-pipelining (default: with, the engine's default)
+ *   BENCH_HTTP_AP_CLIENTS=1  the engine's clients with auto-pipelining (default: without, the engine's default)
  *   BENCH_HTTP_CONTEXT_INTERCEPTOR=0  `contextInterceptor: false`, the interceptor on the locked handler only
  *
  * Listens on a free loopback port and reports it to the parent over IPC;
@@ -23,10 +23,10 @@ const urls = process.env.BENCH_HTTP_NODES
   : undefined;
 // Connection options instead of URLs override the engine's client defaults, here auto-pipelining only.
 const nodes =
-  urls && process.env.BENCH_HTTP_PLAIN_CLIENTS === '1'
+  urls && process.env.BENCH_HTTP_AP_CLIENTS === '1'
     ? urls.map((url) => {
         const { hostname, port } = new URL(url);
-        return { host: hostname, port: Number(port), enableAutoPipelining: false };
+        return { host: hostname, port: Number(port), enableAutoPipelining: true };
       })
     : urls;
 const module = BenchAppModule.register(nodes, process.env.BENCH_HTTP_CONTEXT_INTERCEPTOR !== '0');

@@ -23,7 +23,7 @@ export interface Headlines {
   uncontended?: {
     nodes: number;
     ours?: number;
-    oursPlain?: number;
+    oursAp?: number;
     bestDefaults?: Best;
     bestTuned?: Best;
     raw?: number;
@@ -42,7 +42,7 @@ export interface Headlines {
     platform: string;
     plain?: number;
     locked?: number;
-    lockedPlainClients?: number;
+    lockedApClients?: number;
     /** The unlocked endpoint of an app without RedisLockModule. */
     bare?: number;
     hot?: number;

@@ -12,10 +12,10 @@ const CONNECTIONS = 32;
 const PLATFORMS: readonly HttpPlatform[] = ['express', 'fastify'];
 
 /** The app processes of one platform and node count. */
-type AppKind = 'lock' | 'lockPlainClients' | 'optOut' | 'bare';
+type AppKind = 'lock' | 'lockApClients' | 'optOut' | 'bare';
 
 type Endpoint =
-  'plain' | 'locked' | 'lockedPlainClients' | 'hot' | 'plainOptOut' | 'lockedOptOut' | 'bare';
+  'plain' | 'locked' | 'lockedApClients' | 'hot' | 'plainOptOut' | 'lockedOptOut' | 'bare';
 
 /** A fresh id on every request: `/<route>/<run>-<i>`. */
 const freshId =
@@ -29,9 +29,9 @@ const ENDPOINTS: Record<
 > = {
   plain: { label: 'GET /plain/:id', app: 'lock', path: freshId('plain') },
   locked: { label: 'GET /locked/:id (@Locked)', app: 'lock', path: freshId('locked') },
-  lockedPlainClients: {
-    label: 'GET /locked/:id (@Locked), engine on plain clients',
-    app: 'lockPlainClients',
+  lockedApClients: {
+    label: 'GET /locked/:id (@Locked), engine on auto-pipelining clients',
+    app: 'lockApClients',
     path: freshId('locked'),
   },
   hot: { label: 'GET /locked/hot (@Locked, one id)', app: 'lock', path: () => '/locked/hot' },
@@ -249,7 +249,7 @@ async function measureApps(
   try {
     for (const kind of new Set([...endpoints, ...extra].map((e) => ENDPOINTS[e].app))) {
       const app = await startHttpApp(platform, kind === 'bare' ? undefined : context.urls(count), {
-        plainClients: kind === 'lockPlainClients',
+        autoPipeliningClients: kind === 'lockApClients',
         noContextInterceptor: kind === 'optOut',
       });
       apps.set(kind, app);
@@ -302,7 +302,7 @@ export const httpScenario: Scenario = {
     "serves `GET /plain/:id` and `GET /locked/:id` with `@Locked('item:<0>')`; both are async and return the same small JSON. " +
     `autocannon, in the bench process, keeps ${CONNECTIONS} keep-alive connections busy, with a new id on every request (no contention). ` +
     'The endpoints run in interleaved rounds; req/s is the best round. ' +
-    'Besides: the locked endpoint of a second app process whose engine was given plain clients (no auto-pipelining), every request on one id (the lock is contended and requests queue for it; one run), and, on the first node count, both endpoints of an app with `contextInterceptor: false` (the interceptor applied to the locked handler only) and the unlocked endpoint of an app without RedisLockModule.',
+    'Besides: the locked endpoint of a second app process whose engine was given auto-pipelining clients, every request on one id (the lock is contended and requests queue for it; one run), and, on the first node count, both endpoints of an app with `contextInterceptor: false` (the interceptor applied to the locked handler only) and the unlocked endpoint of an app without RedisLockModule.',
   defaultNodes: [1, 3],
   async run(context: BenchContext): Promise<ScenarioResult> {
     const rows: HttpRow[] = [];
@@ -315,8 +315,8 @@ export const httpScenario: Scenario = {
             platform,
             count,
             count === counts[0]
-              ? ['plain', 'locked', 'lockedPlainClients', 'plainOptOut', 'lockedOptOut', 'bare']
-              : ['plain', 'locked', 'lockedPlainClients'],
+              ? ['plain', 'locked', 'lockedApClients', 'plainOptOut', 'lockedOptOut', 'bare']
+              : ['plain', 'locked', 'lockedApClients'],
             ['hot'],
           )),
         );
@@ -335,7 +335,7 @@ export const httpScenario: Scenario = {
         platform,
         plain: find(n, platform, 'plain')?.rate,
         locked: find(n, platform, 'locked')?.rate,
-        lockedPlainClients: find(n, platform, 'lockedPlainClients')?.rate,
+        lockedApClients: find(n, platform, 'lockedApClients')?.rate,
         bare: find(n, platform, 'bare')?.rate,
         hot: find(n, platform, 'hot')?.rate,
         plainP99: find(n, platform, 'plain')?.latency.p99,

@@ -67,8 +67,8 @@ export interface HttpApp {
 
 /** How the app's RedisLockModule differs from its defaults. */
 export interface HttpAppOptions {
-  /** The engine's clients do not auto-pipeline. */
-  readonly plainClients?: boolean;
+  /** The engine is given auto-pipelining clients. */
+  readonly autoPipeliningClients?: boolean;
   /** `contextInterceptor: false`, with the interceptor on the locked handler only. */
   readonly noContextInterceptor?: boolean;
 }
@@ -92,7 +92,7 @@ export async function startHttpApp(
       ...process.env,
       BENCH_HTTP_PLATFORM: platform,
       BENCH_HTTP_NODES: nodes ? nodes.join(',') : '',
-      BENCH_HTTP_PLAIN_CLIENTS: options.plainClients ? '1' : '0',
+      BENCH_HTTP_AP_CLIENTS: options.autoPipeliningClients ? '1' : '0',
       BENCH_HTTP_CONTEXT_INTERCEPTOR: options.noContextInterceptor ? '0' : '1',
       NODE_ENV: 'production',
     },

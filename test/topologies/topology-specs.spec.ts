@@ -134,4 +134,13 @@ describe('the clients the engine opens for them', () => {
       enableOfflineQueue: false,
     });
   });
+
+  it('opens a server client without auto-pipelining: the engine batches the scripts of a tick itself', () => {
+    const [node] = engine(['redis://10.0.0.1:6379']).nodes;
+    expect(node.topology).toBe('server');
+    expect((node.client as Redis).options).toMatchObject({
+      enableOfflineQueue: false,
+      enableAutoPipelining: false,
+    });
+  });
 });
