@@ -72,12 +72,12 @@ const shardNotify = (notify: string | number) => (notify === '1' ? 's' : notify)
 
 const LAYOUTS = new Map<LuaScript, Layout>([
   [
-    // KEYS: n lock keys, then n fence keys if given. ARGV: value, ttl, n, fencing, seed, counter ttl, ...
+    // KEYS: n lock keys (a cluster counts tokens per resource). ARGV: value, ttl, n, fencing, seed, counter ttl, ...
     ACQUIRE,
     {
       resources: (_, args) => Number(args[2]),
-      part: (keys, args, indices, n) => [
-        [...pick(keys, indices), ...(keys.length > n ? pick(keys, indices, n) : [])],
+      part: (keys, args, indices) => [
+        pick(keys, indices),
         [args[0], args[1], indices.length, ...args.slice(3)],
       ],
       merge: (replies, parts, n) => {

@@ -10,7 +10,11 @@ export interface NodeLockState {
   readonly holder: string | null | undefined;
   /** Remaining lease in ms (-2: no key, -1: no expiry). */
   readonly ttl: number | undefined;
-  /** The resource's fence counter on this node (the last token it issued), or null. */
+  /**
+   * The last token this node issued for the resource, or null: the higher of
+   * the resource's counter and the node's own (which counts every resource,
+   * `fenceCounter: 'node'`, so it is at least that token).
+   */
   readonly fence: number | null | undefined;
   readonly error?: string;
 }
@@ -57,6 +61,11 @@ export class LockAdmin {
     private readonly timeoutMs: number,
   ) {}
 
+  /** The fence counter of a node that counts the tokens of all resources (`fenceCounter: 'node'`). */
+  get nodeCounterKey(): string {
+    return `${this.keyPrefix}fence`;
+  }
+
   lockKey(resource: string): string {
     return `${this.keyPrefix}{${resource}}`;
   }
@@ -66,14 +75,17 @@ export class LockAdmin {
     const nodes = await Promise.all(
       this.nodes.map(async (node): Promise<NodeLockState> => {
         try {
-          const replies = await this.bounded(
-            node.client.multi().get(key).pttl(key).get(`${key}:fence`).exec(),
-          );
-          const [holder, ttl, fence] = (replies ?? []).map(([error, value]) => {
+          const reads = node.client.multi().get(key).pttl(key).get(`${key}:fence`);
+          // The node's own counter too (fenceCounter 'node'); a cluster counts per resource only.
+          if (node.topology !== 'cluster') reads.get(this.nodeCounterKey);
+          const replies = await this.bounded(reads.exec());
+          const [holder, ttl, ...counters] = (replies ?? []).map(([error, value]) => {
             if (error) throw error;
             return value;
-          }) as [string | null, number, string | null];
-          return { node: node.label, holder, ttl, fence: fence === null ? null : Number(fence) };
+          }) as [string | null, number, ...(string | null)[]];
+          const known = counters.filter((c): c is string => c !== null).map(Number);
+          const fence = known.length > 0 ? Math.max(...known) : null;
+          return { node: node.label, holder, ttl, fence };
         } catch (error) {
           return {
             node: node.label,
@@ -175,15 +187,16 @@ export class LockAdmin {
 
   /**
    * Raises every fence counter (matching `pattern`) on every node to the
-   * highest value any node has for it: the procedure for a node that lost its
-   * data, before it serves locks again. `ttl` is the counters' lifetime in ms
+   * highest value any node has for it, and each node's own counter
+   * (`fenceCounter: 'node'`; not on a cluster) to the highest of those: the
+   * procedure for a node that lost its data, before it serves locks again. `ttl` is the counters' lifetime in ms
    * (0: none). Returns how many counters were raised, per node label. Every
    * node must answer: a node left out would keep its low counters, so this
    * throws instead, naming it.
    */
   async reseedFences(ttl: number, pattern = '*'): Promise<Record<string, number>> {
     const match = `${escapeGlob(this.keyPrefix)}{${pattern}}:fence`;
-    const keys = new Set<string>();
+    const keys = new Set<string>([this.nodeCounterKey]);
     await this.everyNode(
       'read the fence counters of',
       async (node) => {
@@ -201,7 +214,15 @@ export class LockAdmin {
     await this.everyNode(
       'read the fence counters of',
       async (node) => {
-        values.set(node, await this.bounded(Promise.all(list.map((key) => node.client.get(key)))));
+        // A cluster has no node counter (a lock script reaches one slot only).
+        const readable = (key: string) =>
+          node.topology !== 'cluster' || key !== this.nodeCounterKey;
+        values.set(
+          node,
+          await this.bounded(
+            Promise.all(list.map((key) => (readable(key) ? node.client.get(key) : null))),
+          ),
+        );
       },
       pattern,
     );
@@ -216,9 +237,13 @@ export class LockAdmin {
         const results = await this.bounded(
           Promise.all(
             list.map((key, k) =>
-              own[k] !== null && Number(own[k]) >= highest[k]
+              (own[k] !== null && Number(own[k]) >= highest[k]) || highest[k] === 0
                 ? 0
-                : node.run(RAISE_FENCE, [key], [highest[k], ttl]),
+                : key === this.nodeCounterKey
+                  ? node.topology === 'cluster'
+                    ? 0
+                    : node.run(RAISE_FENCE, [key], [highest[k], 0])
+                  : node.run(RAISE_FENCE, [key], [highest[k], ttl]),
             ),
           ),
         );

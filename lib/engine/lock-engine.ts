@@ -55,8 +55,8 @@ interface Request {
   readonly keys: readonly string[];
   /** Names the key set in this process's wait queues. */
   readonly queueId: string;
-  /** Lock keys followed by fence keys when fencing, else the lock keys. */
-  readonly scriptKeys: readonly string[];
+  /** Lock keys followed by the node's fence counter (ACQUIRE on a node that counts for all resources). */
+  readonly acquireKeys: readonly string[];
   readonly ttl: number;
   readonly nodeTimeout: number;
   readonly drift: number;
@@ -133,6 +133,8 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   private readonly admin: LockAdmin;
   /** The release script's notify argument. */
   private readonly notify: '1' | '0';
+  /** The node's fence counter, where {@link countsForAll}. */
+  private readonly nodeCounterKey: string;
 
   constructor(options: LockEngineOptions) {
     super();
@@ -149,6 +151,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     });
     this.quorum = Math.floor(this.nodes.length / 2) + 1;
     this.notify = this.options.releaseNotifications ? '1' : '0';
+    this.nodeCounterKey = `${this.options.keyPrefix}fence`;
     this.admin = new LockAdmin(
       this.nodes,
       this.options.keyPrefix,
@@ -584,9 +587,13 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     if (request.waiting || request.waiter !== value) {
       args.push(request.waiter, request.arrival, request.lineLease);
     }
+    // A node that counts the tokens of all resources gets its counter after the lock keys.
     const round = await quorumRound(
       this.nodes,
-      (node) => node.run(ACQUIRE, keys, args) as Promise<AcquireReply>,
+      (node) =>
+        (this.countsForAll(node)
+          ? node.run(ACQUIRE, request.acquireKeys, args)
+          : node.run(ACQUIRE, keys, args)) as Promise<AcquireReply>,
       isGranted,
       this.quorum,
       request.nodeTimeout,
@@ -634,8 +641,8 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     if (overflow >= 0) {
       throw new LockConfigurationError(
         `The fence counter of '${request.resources[overflow]}' passed 2^53 - 1, beyond what a JavaScript number ` +
-          `holds exactly. Delete ${request.keys[overflow]}:fence on every node (with fenceCounterTtl set, a new ` +
-          'counter starts from the clock), or lock under another keyPrefix.',
+          `holds exactly. Delete ${request.keys[overflow]}:fence and ${this.nodeCounterKey} on every node (with ` +
+          'fenceCounterTtl set, a new counter starts from the clock), or lock under another keyPrefix.',
       );
     }
     const behind: LockNode[] = [];
@@ -651,17 +658,31 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     if (left <= 0 || behind.length < needed) return undefined;
     const writeback = await quorumRound(
       behind,
-      (node) =>
-        node.run(FENCE_WRITEBACK, request.scriptKeys, [
-          value,
-          this.options.fenceCounterTtl,
-          ...tokens,
-        ]),
+      (node) => {
+        // KEYS: the lock keys, then each one's counter (the node's own, or the resource's).
+        const all = this.countsForAll(node);
+        const counters = request.keys.map((key) => (all ? this.nodeCounterKey : `${key}:fence`));
+        return node.run(
+          FENCE_WRITEBACK,
+          [...request.keys, ...counters],
+          [value, all ? 0 : this.options.fenceCounterTtl, ...tokens],
+        );
+      },
       isOne,
       needed,
       Math.min(request.nodeTimeout, left),
     );
     return writeback.yes >= needed ? tokens : undefined;
+  }
+
+  /**
+   * True where the node counts fencing tokens with one counter for all
+   * resources (`fenceCounter: 'node'`; a cluster cannot, see ACQUIRE).
+   */
+  private countsForAll(node: LockNode): boolean {
+    return (
+      this.options.fencing && this.options.fenceCounter === 'node' && node.topology !== 'cluster'
+    );
   }
 
   /** Why an attempt failed: busy (enough nodes answered, someone holds it) or unavailable. */
@@ -752,7 +773,10 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       resources: list,
       keys,
       queueId: keys.length === 1 ? keys[0] : keys.join('\n'),
-      scriptKeys: defaults.fencing ? [...keys, ...keys.map((key) => `${key}:fence`)] : keys,
+      acquireKeys:
+        defaults.fencing && defaults.fenceCounter === 'node'
+          ? [...keys, this.nodeCounterKey]
+          : keys,
       ttl,
       nodeTimeout,
       drift: this.drift(ttl),

@@ -97,6 +97,16 @@ export interface LockEngineOptions {
   /** Issue fencing tokens with every grant. Default true. */
   fencing?: boolean;
   /**
+   * Where a node counts fencing tokens. `'node'` (the default): one counter
+   * per node (`<keyPrefix>fence`) that every grant on the node raises, so a
+   * token is above every earlier token of that node, whatever the resource:
+   * no key per resource and nothing to expire, the cheapest. `'resource'`: a
+   * counter per resource (`<lock key>:fence`, living `fenceCounterTtl`), with
+   * tokens that count each resource's grants. A Redis Cluster node always
+   * counts per resource: a script cannot reach a key in another slot.
+   */
+  fenceCounter?: 'node' | 'resource';
+  /**
    * Lifetime in ms of a resource's fence counter on a node, so that counters
    * for resources no longer locked do not pile up. A counter created after
    * the last one expired starts from the wall clock (ms × 1024), above every
@@ -143,6 +153,7 @@ export interface ResolvedEngineOptions {
   readonly waitTimeout: number;
   readonly retry: ResolvedRetry;
   readonly fencing: boolean;
+  readonly fenceCounter: 'node' | 'resource';
   readonly fenceCounterTtl: number;
   readonly extendThreshold: number;
   readonly releaseNotifications: boolean;
@@ -159,6 +170,7 @@ export const LOCK_DEFAULTS = Object.freeze({
   waitTimeout: 10_000,
   retry: Object.freeze({ attempts: Infinity, delay: 10, factor: 5, maxDelay: 200, jitter: 0.5 }),
   fencing: true,
+  fenceCounter: 'node' as 'node' | 'resource',
   fenceCounterTtl: 3_600_000,
   extendThreshold: 0.5,
   releaseNotifications: true,
@@ -180,6 +192,7 @@ const KNOWN_ENGINE_KEYS = new Set<string>([
   'waitTimeout',
   'retry',
   'fencing',
+  'fenceCounter',
   'fenceCounterTtl',
   'extendThreshold',
   'releaseNotifications',
@@ -414,6 +427,13 @@ function checkNodeSpec(spec: unknown, index: number): void {
   );
 }
 
+function checkFenceCounter(value: unknown): 'node' | 'resource' {
+  if (value === 'node' || value === 'resource') return value;
+  return fail(
+    `fenceCounter must be 'node' (one counter per node, the default) or 'resource' (one per resource) (got ${describe(value)}).`,
+  );
+}
+
 function checkFenceCounterTtl(value: unknown): number {
   if (value === 0) return 0;
   return checkMs(
@@ -468,6 +488,7 @@ export function resolveEngineOptions(options: unknown): ResolvedEngineOptions {
     waitTimeout: checkMs('waitTimeout', options.waitTimeout ?? LOCK_DEFAULTS.waitTimeout, 0),
     retry: resolveRetry('retry', options.retry, LOCK_DEFAULTS.retry),
     fencing: checkBoolean('fencing', options.fencing ?? LOCK_DEFAULTS.fencing),
+    fenceCounter: checkFenceCounter(options.fenceCounter ?? LOCK_DEFAULTS.fenceCounter),
     fenceCounterTtl: checkFenceCounterTtl(options.fenceCounterTtl ?? LOCK_DEFAULTS.fenceCounterTtl),
     extendThreshold: checkFraction(
       'extendThreshold',

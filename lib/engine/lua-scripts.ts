@@ -50,8 +50,9 @@ end
 
 /**
  * Grant the lock on all resources or on none (one node).
- * KEYS: n lock keys, optionally followed by their n fence counters (by
- * default `<lock key>:fence`: not sending them spares bytes on every call).
+ * KEYS: n lock keys, then optionally the node's fence counter: given, it
+ * counts the tokens of every resource; else each resource has its own,
+ * `<lock key>:fence` (a Redis Cluster, whose scripts reach one slot only).
  * ARGV: value, ttl ms, n, fencing '1' | '0', seed, counter ttl ms,
  * waiter id, arrival, waiter lease ms (the last three optional: a first
  * attempt leaves them out and so does not join the line).
@@ -59,8 +60,12 @@ end
  * key, {0, -3} when the keys are free but an earlier waiter is first in line.
  *
  * A fence counter that does not exist starts at `seed` (a clock reading
- * scaled past any earlier token) and lives `counter ttl` ms; seed '0' keeps
- * counters forever, counting from 1. A request resent after a reconnect
+ * scaled past any earlier token); a resource's counter lives `counter ttl`
+ * ms, the node's counter for good. Seed '0' keeps counters forever,
+ * counting from 1. Every grant on the node raises the node's counter, so a
+ * token is above every earlier one of the node, whatever the resource: no
+ * key per resource, nothing to expire (see DESIGN.md on why a token per
+ * node keeps a resource's tokens rising across a quorum). A request resent after a reconnect
  * finds our own value and returns that grant's tokens instead of counting a
  * second one.
  *
@@ -78,11 +83,18 @@ export const ACQUIRE = script(
   'acquire',
   `local value, n = ARGV[1], tonumber(ARGV[3])
 local waiter, lease = ARGV[7] or '', tonumber(ARGV[9]) or 0
-local function counter(i) return KEYS[n + i] or (KEYS[i] .. ':fence') end
+local fencing, shared = ARGV[4] == '1', KEYS[n + 1]
+local function counter(i) return shared or (KEYS[i] .. ':fence') end
 local queued, now = false, nil
 local function fence(key)
-  if ARGV[5] ~= '0' and redis.call('SET', key, ARGV[5], 'NX', 'PX', ARGV[6]) then
-    return tonumber(ARGV[5])
+  if ARGV[5] ~= '0' then
+    local created
+    if shared then
+      created = redis.call('SET', key, ARGV[5], 'NX')
+    else
+      created = redis.call('SET', key, ARGV[5], 'NX', 'PX', ARGV[6])
+    end
+    if created then return tonumber(ARGV[5]) end
   end
   return redis.call('INCR', key)
 end
@@ -117,13 +129,13 @@ local reply = {1}
 if n == 1 then
   if first(KEYS[1]) and redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
     granted()
-    if ARGV[4] == '1' then reply[2] = fence(counter(1)) end
+    if fencing then reply[2] = fence(counter(1)) end
     return reply
   end
   local holder = redis.call('GET', KEYS[1])
   if holder and holder ~= value then return refuse(redis.call('PTTL', KEYS[1])) end
   if not holder then return refuse(-3) end
-  if ARGV[4] == '1' then reply[2] = tonumber(redis.call('GET', counter(1))) end
+  if fencing then reply[2] = tonumber(redis.call('GET', counter(1))) end
   return reply
 end
 local mine = 0
@@ -136,7 +148,7 @@ for i = 1, n do
   end
 end
 if mine == n then
-  if ARGV[4] == '1' then
+  if fencing then
     for i = 1, n do reply[i + 1] = tonumber(redis.call('GET', counter(i))) end
   end
   return reply
@@ -146,7 +158,7 @@ for i = 1, n do
 end
 granted()
 for i = 1, n do redis.call('SET', KEYS[i], value, 'PX', ARGV[2]) end
-if ARGV[4] == '1' then
+if fencing then
   for i = 1, n do reply[i + 1] = fence(counter(i)) end
 end
 return reply`,
@@ -156,7 +168,8 @@ return reply`,
 /**
  * Second fencing round: raise each counter to the chosen token, only while
  * this node still holds our lock value on every key.
- * KEYS: n lock keys, then their n fence counters.
+ * KEYS: n lock keys, then their n fence counters (the node's counter n
+ * times where it counts the tokens of all resources).
  * ARGV: value, counter ttl ms ('0': forever), then n tokens.
  * Returns 1 when written, 0 when the lock is no longer ours here.
  */

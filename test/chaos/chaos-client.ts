@@ -42,6 +42,7 @@ const { values } = parseArgs({
     'wait-timeout': { type: 'string', default: '2000' },
     'node-timeout': { type: 'string', default: '100' },
     'fence-ttl': { type: 'string', default: '0' },
+    'fence-counter': { type: 'string', default: 'node' },
   },
 });
 if (!values.id || !values.engine || !values.nodes || !values.store || !values.sqlite) {
@@ -126,6 +127,7 @@ const engine = new LockEngine({
   waitTimeout: WAIT,
   nodeTimeout: Number(values['node-timeout']),
   fenceCounterTtl: Number(values['fence-ttl']),
+  fenceCounter: values['fence-counter'] === 'resource' ? 'resource' : 'node',
   retry: { delay: 5, factor: 2, maxDelay: 40, jitter: 0.5 },
   logger: {
     warn: (message) => process.stderr.write(`warn: ${message}\n`),

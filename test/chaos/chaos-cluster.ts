@@ -67,6 +67,8 @@ export interface ClientOptions {
   readonly nodeTimeout?: number;
   /** Default 0: exact counters counting from 1. */
   readonly fenceCounterTtl?: number;
+  /** Default 'node' (the engine's default). */
+  readonly fenceCounter?: 'node' | 'resource';
 }
 
 export interface SectionDone {
@@ -469,6 +471,8 @@ export class ChaosCluster extends EventEmitter {
       String(options.nodeTimeout ?? 100),
       '--fence-ttl',
       String(options.fenceCounterTtl ?? 0),
+      '--fence-counter',
+      options.fenceCounter ?? 'node',
     ]);
     const child = spawn(command, args, { cwd: root, env, stdio: ['pipe', 'pipe', 'pipe'] });
     const client = new ChaosClient(this, id, child);

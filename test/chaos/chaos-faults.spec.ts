@@ -117,11 +117,13 @@ describe('chaos: paused clients', () => {
   it('a client paused between the two fencing rounds never uses the token it was settling', async () => {
     const [paused, next] = await cluster.startClients(2, { engine: real });
     const resource = 'order:between-rounds';
-    // The counters disagree on every node (as after grants that failed elsewhere), so any
-    // quorum of replies disagrees and every grant needs round 2.
-    await Promise.all(
-      cluster.nodes.map((n, i) => n.cli('SET', `lock:{${resource}}:fence`, 100 * (i + 1))),
+    // The nodes' counters disagree (as after grants that failed elsewhere), so any quorum of
+    // replies disagrees and every grant needs round 2. Raised, never lowered: above them all.
+    const fence = 'lock:fence';
+    const base = Math.max(
+      ...(await Promise.all(cluster.nodes.map((n) => n.cli('GET', fence)))).map(Number),
     );
+    await Promise.all(cluster.nodes.map((n, i) => n.cli('SET', fence, base + 100 * (i + 1))));
     // Round 2 goes to the granting nodes that returned less than the highest counter.
     const traps = cluster.trap([0, 1, 2, 3, 4], scriptCall(FENCE_WRITEBACK, resource), 'requests');
     const links: TrappedLink[] = [];
@@ -138,12 +140,10 @@ describe('chaos: paused clients', () => {
 
     expect(outcome.acquired).toBe(false);
     expect(completions(paused, 'write:sqlite')).toEqual([]);
-    // Any three of the nodes include one counting from 300 or more.
+    // Any three of the nodes include one counting from base + 300 or more.
     expect(second.acquired).toBe(true);
-    expect(second.token).toBeGreaterThan(300);
-    const counters = await Promise.all(
-      cluster.nodes.map((n) => n.cli('GET', `lock:{${resource}}:fence`)),
-    );
+    expect(second.token).toBeGreaterThan(base + 300);
+    const counters = await Promise.all(cluster.nodes.map((n) => n.cli('GET', fence)));
     // The next grant's token was carried to a quorum before it was used.
     expect(counters.map(Number).filter((c) => c >= second.token!).length).toBeGreaterThanOrEqual(3);
     expectNoViolations(await finish('paused between fencing rounds'));
@@ -160,13 +160,11 @@ describe('chaos: node faults', () => {
     return clients;
   }
 
-  /** Raises node `i`'s fence counters past the others, so the next grants need the write-back round. */
+  /** Raises node `i`'s fence counter past the others, so the next grants need the write-back round. */
   async function putAhead(i: number): Promise<void> {
-    for (const r of resources) {
-      const key = `lock:{${r}}:fence`;
-      const counters = await Promise.all(cluster.nodes.map((n) => n.cli('GET', key)));
-      await cluster.nodes[i].cli('SET', key, Math.max(...counters.map(Number)) + 1000);
-    }
+    const key = 'lock:fence';
+    const counters = await Promise.all(cluster.nodes.map((n) => n.cli('GET', key)));
+    await cluster.nodes[i].cli('SET', key, Math.max(...counters.map(Number)) + 1000);
   }
 
   /** Resolves once `count` acquisitions invoked since `from` have failed; returns how many were granted. */
@@ -248,7 +246,8 @@ describe('chaos: node faults', () => {
   }, 120_000);
 
   it('a node whose wall clock jumps two hours ahead drops its keys and counters early, and the lock and its tokens stay safe', async () => {
-    const options = { engine: real, fenceCounterTtl: 3_600_000 };
+    // Counters per resource, with a lifetime (a node's one counter never expires).
+    const options = { engine: real, fenceCounter: 'resource' as const, fenceCounterTtl: 3_600_000 };
     const clients = await cluster.startClients(2, options);
     const [holder] = await cluster.startClients(1, options);
     for (const c of clients) c.loop(2, resources, 0);

@@ -206,7 +206,8 @@ describe('the nestjs-redis-lock command line', () => {
           lock.value,
           '3/3',
           expect.stringMatching(/ s$/),
-          String(lock.token),
+          // One counter per node (the default): the last token the nodes issued, here the user's.
+          String(user.token),
         ]),
       );
       expect(lines.slice(3)).toEqual(['', `2 resources matching '${tag}:order:*'.`]);
@@ -337,6 +338,7 @@ describe('the nestjs-redis-lock command line', () => {
       exact = new LockEngine({
         nodes: urls(),
         keyPrefix,
+        fenceCounter: 'resource',
         fenceCounterTtl: 0,
         logger: quietLogger(),
       });
@@ -391,6 +393,33 @@ describe('the nestjs-redis-lock command line', () => {
       const lock = await exact.acquire(resource, { waitTimeout: 10_000 });
       expect(lock.token).toBe(last + 1);
       await lock.release();
+    });
+
+    it('raises the one counter of a wiped node (fenceCounter node) to the highest any node has', async () => {
+      const [a, b] = redis.nodes;
+      const prefix = `reseed-node-${randomUUID()}:`;
+      const counting = new LockEngine({ nodes: urls(), keyPrefix: prefix, logger: quietLogger() });
+      await counting.connect();
+      try {
+        const resource = unique('order');
+        const first = await counting.acquire(resource);
+        await first.release();
+        await a.flushAll();
+        const result = await cli(['reseed', '--prefix', prefix, '--json', ...nodes()]);
+        expect(result.code).toBe(0);
+        expect(json(result)).toMatchObject({
+          raised: { [label(0)]: 1, [label(1)]: 0, [label(2)]: 0 },
+        });
+        expect(await a.cli('GET', `${prefix}fence`)).toBe(String(first.token));
+        expect(await a.cli('PTTL', `${prefix}fence`)).toBe('-1');
+        // The next grant can only come from A and C, and goes on from the last token.
+        await b.kill();
+        const next = await counting.acquire(unique('other'), { waitTimeout: 10_000 });
+        expect(next.token).toBeGreaterThan(first.token!);
+        await next.release();
+      } finally {
+        await counting.close();
+      }
     });
 
     it('refuses a --fence-counter-ttl that would let the counters of a fenceCounterTtl 0 app lapse', async () => {

@@ -173,7 +173,8 @@ describe('fencing tokens under contenders in several OS processes', () => {
 
   it('keeps tokens increasing when the nodes fence counters diverge between rounds', async () => {
     const resource = unique('diverging');
-    const fence = `lock:{${resource}}:fence`;
+    // Each node's one counter (the default, fenceCounter 'node').
+    const fence = 'lock:fence';
     const iterations = 25;
     await startContenders(resource, iterations);
     const records = await round();

@@ -273,16 +273,54 @@ describe('fencing tokens', () => {
     expect(Number.isSafeInteger(previous)).toBe(true);
   }, 120_000);
 
+  it('keep the same token across extensions', async () => {
+    const lock = await engine.acquire(unique('same'));
+    const { token } = lock;
+    await lock.extend();
+    await lock.extend();
+    expect(lock.token).toBe(token);
+    await lock.release();
+  });
+
+  it('count on one counter per node by default, which never expires', async () => {
+    const lock = await engine.tryAcquire(unique('node-counter'));
+    const counters = await Promise.all(clients.map((c) => c.get('lock:fence')));
+    expect(counters.filter((c) => Number(c) === lock.token).length).toBeGreaterThanOrEqual(2);
+    expect(await clients[0].exists(`lock:{${lock.resources[0]}}:fence`)).toBe(0);
+    expect(await clients[0].pttl('lock:fence')).toBe(-1);
+    await lock.release();
+  });
+});
+
+describe.each(['node', 'resource'] as const)('fencing tokens counted per %s', (fenceCounter) => {
+  let engine: LockEngine;
+  let clients: Redis[];
+  const nodes = () => redis.nodes.slice(0, 3).map((n) => n.url);
+  /** The counter a resource's tokens come from. */
+  const counterOf = (resource: string) =>
+    fenceCounter === 'node' ? 'lock:fence' : `lock:{${resource}}:fence`;
+  beforeAll(async () => {
+    engine = new LockEngine({ nodes: nodes(), fenceCounter, logger: quietLogger() });
+    await engine.connect();
+    clients = redis.nodes.slice(0, 3).map((n) => new Redis(n.url));
+  });
+  afterAll(async () => {
+    await engine.close();
+    await Promise.all(clients.map((c) => c.quit()));
+  });
+
   it('are settled by a write-back round when the nodes counters disagree', async () => {
     const resource = unique('diverged');
-    const fence = `lock:{${resource}}:fence`;
-    await clients[0].set(fence, 1000);
-    await clients[1].set(fence, 500);
-    await clients[2].set(fence, 200);
+    const fence = counterOf(resource);
+    // Above anything the counters have reached, so that no test's tokens go backwards.
+    const base = Math.max(...(await Promise.all(clients.map((c) => c.get(fence)))).map(Number));
+    await clients[0].set(fence, base + 1000);
+    await clients[1].set(fence, base + 500);
+    await clients[2].set(fence, base + 200);
     const lock = await engine.tryAcquire(resource);
     const counters = (await Promise.all(clients.map((c) => c.get(fence)))).map(Number);
     // The chosen token is the highest counter among the granting nodes, and a quorum now carries it.
-    expect([1001, 501]).toContain(lock.token);
+    expect([base + 1001, base + 501]).toContain(lock.token);
     expect(counters.filter((c) => c >= lock.token!).length).toBeGreaterThanOrEqual(2);
     await lock.release();
     const next = await engine.tryAcquire(resource);
@@ -290,14 +328,18 @@ describe('fencing tokens', () => {
     await next.release();
   });
 
-  it('start a new counter above every earlier token once the old one expired', async () => {
+  it('start a new counter above every earlier token once the old one is gone', async () => {
     const resource = unique('reseeded');
-    const fence = `lock:{${resource}}:fence`;
+    const fence = counterOf(resource);
     const first = await engine.tryAcquire(resource);
     await first.release();
     const lifetimes = await Promise.all(clients.map((c) => c.pttl(fence)));
-    expect(lifetimes.filter((t) => t > 0 && t <= 3_600_000).length).toBeGreaterThanOrEqual(2);
-    // What expiry does to the counters, without waiting an hour for it.
+    if (fenceCounter === 'resource') {
+      expect(lifetimes.filter((t) => t > 0 && t <= 3_600_000).length).toBeGreaterThanOrEqual(2);
+    } else {
+      expect(lifetimes.filter((t) => t === -1).length).toBeGreaterThanOrEqual(2);
+    }
+    // What expiry (or a wiped node) does to the counters, without waiting an hour for it.
     await Promise.all(clients.map((c) => c.del(fence)));
     const second = await engine.tryAcquire(resource);
     expect(second.token).toBeGreaterThan(first.token!);
@@ -306,9 +348,13 @@ describe('fencing tokens', () => {
   });
 
   it('count from 1 and keep their counters forever with fenceCounterTtl: 0', async () => {
+    // A key prefix of its own: the node counter of the other tests started from the clock.
+    const keyPrefix = `exact-${fenceCounter}:`;
     const exact = new LockEngine({
-      nodes: redis.nodes.slice(0, 3).map((n) => n.url),
+      nodes: nodes(),
+      fenceCounter,
       fenceCounterTtl: 0,
+      keyPrefix,
       logger: quietLogger(),
     });
     await exact.connect();
@@ -320,27 +366,25 @@ describe('fencing tokens', () => {
       await lock.release();
     }
     expect(tokens).toEqual([1, 2, 3]);
-    expect(await clients[0].pttl(`lock:{${resource}}:fence`)).toBe(-1);
+    const counter =
+      fenceCounter === 'node' ? `${keyPrefix}fence` : `${keyPrefix}{${resource}}:fence`;
+    expect(await clients[0].pttl(counter)).toBe(-1);
+    expect(await clients[0].get(counter)).toBe('3');
     await exact.close();
   });
 
   it('refuse a token past 2^53 - 1 with a LockConfigurationError, leaving no lock behind', async () => {
     const resource = unique('overflow');
-    await Promise.all(clients.map((c) => c.set(`lock:{${resource}}:fence`, '9007199254740991')));
+    const fence = counterOf(resource);
+    const saved = await Promise.all(clients.map((c) => c.get(fence)));
+    await Promise.all(clients.map((c) => c.set(fence, '9007199254740991')));
     const error = await engine.tryAcquire(resource).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(LockConfigurationError);
-    expect((error as Error).message).toContain(`lock:{${resource}}:fence`);
-    await Promise.all(clients.map((c) => c.del(`lock:{${resource}}:fence`)));
+    expect((error as Error).message).toContain(fence);
+    await Promise.all(
+      clients.map((c, i) => (saved[i] === null ? c.del(fence) : c.set(fence, saved[i]!))),
+    );
     await (await engine.tryAcquire(resource)).release();
-  });
-
-  it('keep the same token across extensions', async () => {
-    const lock = await engine.acquire(unique('same'));
-    const { token } = lock;
-    await lock.extend();
-    await lock.extend();
-    expect(lock.token).toBe(token);
-    await lock.release();
   });
 });
 

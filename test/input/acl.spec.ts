@@ -257,18 +257,26 @@ describe('the minimal ACL for locking', () => {
     await next.release();
   });
 
-  it('fails acquisition with NOPERM when the key pattern leaves out the fence counters, writing nothing', async () => {
-    const url = await user(['~lock:{*}', ...CHANNELS, '-@all', ...LOCKING, ...CHECKS]);
-    const engine = await connected(url);
-    const resource = unique('no-fence-keys');
-    const error = (await thrown(() => engine.tryAcquire(resource))) as Error;
-    expect(error).toBeInstanceOf(LockUnavailableError);
-    // The fence counter is not among the script's declared keys; Redis words that refusal its own way.
-    expect(error.message).toContain(
-      `${labelOf(node)}: ERR The user executing the script can't access at least one of the keys`,
-    );
-    expect(await node.cli('EXISTS', `lock:{${resource}}`)).toBe('0');
-  });
+  it.each([
+    // The node's counter (lock:fence) is a declared key: Redis refuses the script before it runs.
+    ['node' as const, 'NOPERM this user has no permissions to access one of the keys'],
+    // A resource's counter is not among the script's declared keys; Redis words that refusal its own way.
+    [
+      'resource' as const,
+      "ERR The user executing the script can't access at least one of the keys",
+    ],
+  ])(
+    'fails acquisition with NOPERM when the key pattern leaves out the fence counters (counted per %s), writing nothing',
+    async (fenceCounter, refusal) => {
+      const url = await user(['~lock:{*}', ...CHANNELS, '-@all', ...LOCKING, ...CHECKS]);
+      const engine = await connected(url, { fenceCounter });
+      const resource = unique('no-fence-keys');
+      const error = (await thrown(() => engine.tryAcquire(resource))) as Error;
+      expect(error).toBeInstanceOf(LockUnavailableError);
+      expect(error.message).toContain(`${labelOf(node)}: ${refusal}`);
+      expect(await node.cli('EXISTS', `lock:{${resource}}`)).toBe('0');
+    },
+  );
 
   it('needs neither the fence keys nor INCR with fencing off', async () => {
     const url = await user([

@@ -175,7 +175,10 @@ describe('WRONGTYPE: another program keeps another type of value at our key', ()
 
   it('ends in a typed error whatever type of value another program keeps at a lock or fence key, leaving that value and no lock of ours behind (property)', async () => {
     const [node] = redis.nodes;
-    const locks = await engine([node.url]);
+    const engines = {
+      node: await engine([node.url]),
+      resource: await engine([node.url], { fenceCounter: 'resource' }),
+    };
     const other = client(node.url);
     const foreign = {
       list: (key: string) => other.rpush(key, 'x'),
@@ -188,12 +191,19 @@ describe('WRONGTYPE: another program keeps another type of value at our key', ()
     await fc.assert(
       fc.asyncProperty(
         fc.constantFrom('lock', 'fence'),
+        fc.constantFrom('node', 'resource'),
         fc.constantFrom(...(Object.keys(foreign) as (keyof typeof foreign)[])),
         fc.integer({ min: 1, max: 3 }),
-        async (where, type, count) => {
+        async (where, counter, type, count) => {
+          const locks = engines[counter];
           const resources = Array.from({ length: count }, () => unique('foreign'));
-          // The last resource's key is the one another program took.
-          const taken = keyOf(resources[count - 1]) + (where === 'fence' ? ':fence' : '');
+          // The last resource's lock key, or the fence counter it counts on, is what another program took.
+          const taken =
+            where === 'lock'
+              ? keyOf(resources[count - 1])
+              : counter === 'node'
+                ? 'lock:fence'
+                : `${keyOf(resources[count - 1])}:fence`;
           await foreign[type](taken);
           const error = await failure(locks.tryAcquire(resources));
 
@@ -216,6 +226,8 @@ describe('WRONGTYPE: another program keeps another type of value at our key', ()
               (await other.exists(...resources.map(keyOf))) === (where === 'lock' ? 1 : 0),
             'cleaned up',
           );
+          // The node's counter serves every lock: give it back.
+          if (taken === 'lock:fence') await other.del(taken);
         },
       ),
       { numRuns: 30 },

@@ -22,6 +22,9 @@ beforeAll(async () => {
   const logger = quietLogger();
   engine = new LockEngine({
     nodes: [{ cluster: cluster.seeds }, plain.nodes[0].url, plain.nodes[1].url],
+    // A counter per resource on the servers too, so that the fencing rounds below compare like
+    // with like; the default (one counter per server) is the last test's.
+    fenceCounter: 'resource',
     logger,
   });
   await engine.connect();
@@ -210,5 +213,36 @@ describe('a Redis Cluster as one of three nodes in a quorum', () => {
       [true, undefined],
       [true, undefined],
     ]);
+  });
+
+  it('by default counts tokens with one counter per server and per resource on the cluster, and keeps them rising', async () => {
+    const counting = new LockEngine({
+      nodes: [{ cluster: cluster.seeds }, plain.nodes[0].url, plain.nodes[1].url],
+      logger: quietLogger(),
+    });
+    await counting.connect();
+    try {
+      const resources = spreadOverMasters('node-counter');
+      const first = await counting.acquire(resources);
+      await first.release();
+      // The cluster has seen many more grants of the second resource than the servers; with one
+      // server down, the quorum is the cluster and the other server.
+      const [, b] = resources;
+      await masterOf(b).cli('SET', `${keyOf(b)}:fence`, first.tokens[1] + 5000);
+      await plain.nodes[1].kill();
+      const second = await counting.acquire(resources);
+      expect(second.tokens[1]).toBe(first.tokens[1] + 5001);
+      second.tokens.forEach((token, i) => expect(token).toBeGreaterThan(first.tokens[i]));
+      // The server's one counter was raised to that token (write-back); its next grant goes on from there.
+      expect(Number(await plain.nodes[0].cli('GET', 'lock:fence'))).toBe(
+        Math.max(...second.tokens),
+      );
+      await second.release();
+      const third = await counting.acquire(b);
+      expect(third.tokens[0]).toBeGreaterThan(second.tokens[1]);
+      await third.release();
+    } finally {
+      await counting.close();
+    }
   });
 });
