@@ -37,7 +37,7 @@ export const OURS_NO_FENCING = oursContender({
   id: 'ours-nofence',
   label: 'ours, fencing off',
   fencing: false,
-  settings: 'fencing: false (no INCR, no fence key per resource)',
+  settings: 'fencing: false (no INCR of the node’s fence counter)',
 });
 
 export const IN_PROCESS_MUTEX = inProcessMutexContender();

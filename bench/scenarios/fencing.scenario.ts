@@ -17,7 +17,7 @@ export const fencingScenario: Scenario = {
   title: 'Fencing tokens on vs off (our engine)',
   description:
     'The uncontended loop of scenario 1 (same rounds) with two engines per node count, interleaved: fencing on (the default: ' +
-    'the acquire script also creates or increments a fence counter per resource) and `fencing: false`.',
+    'the acquire script also increments the node’s fence counter) and `fencing: false`.',
   defaultNodes: [1, 3, 5],
   async run(context: BenchContext): Promise<ScenarioResult> {
     const rows: { nodes: number; on: UncontendedRow; off: UncontendedRow }[] = [];
@@ -89,8 +89,7 @@ export const fencingScenario: Scenario = {
       ),
       notes: [
         'Floors are those of scenario 1 in the same run ("–" when scenario 1 was not run).',
-        'Fencing adds no round trip in the common case (all granting nodes return the same counter); inside the acquire script it adds a `SET NX PX` that seeds a new fence counter from the clock (an `INCR` when the counter exists), and one counter key per resource that lives `fenceCounterTtl` (1 hour by default; see scenario 5).',
-        'With a fresh key per cycle every acquisition here creates a counter (the seeding path); a resource locked again within the hour takes the `INCR` path instead.',
+        "Fencing adds no round trip in the common case (all granting nodes return the same counter); inside the acquire script it adds an `INCR` of the node’s one counter (`fenceCounter: 'node'`, the default: no key per resource, whether the key is fresh, as here, or not).",
       ],
     };
     return {
