@@ -77,7 +77,7 @@ export class LockAdmin {
         try {
           const reads = node.client.multi().get(key).pttl(key).get(`${key}:fence`);
           // The node's own counter too (fenceCounter 'node'); a cluster counts per resource only.
-          if (node.topology !== 'cluster') reads.get(this.nodeCounterKey);
+          if (node.keepsNodeCounter) reads.get(this.nodeCounterKey);
           const replies = await this.bounded(reads.exec());
           const [holder, ttl, ...counters] = (replies ?? []).map(([error, value]) => {
             if (error) throw error;
@@ -211,18 +211,13 @@ export class LockAdmin {
     // Every counter of every node at once (the clients pipeline the reads), then the raises.
     const list = [...keys];
     const values = new Map<LockNode, (string | null)[]>();
+    const keeps = (node: LockNode, key: string) =>
+      key !== this.nodeCounterKey || node.keepsNodeCounter;
     await this.everyNode(
       'read the fence counters of',
       async (node) => {
-        // A cluster has no node counter (a lock script reaches one slot only).
-        const readable = (key: string) =>
-          node.topology !== 'cluster' || key !== this.nodeCounterKey;
-        values.set(
-          node,
-          await this.bounded(
-            Promise.all(list.map((key) => (readable(key) ? node.client.get(key) : null))),
-          ),
-        );
+        const reads = list.map((key) => (keeps(node, key) ? node.client.get(key) : null));
+        values.set(node, await this.bounded(Promise.all(reads)));
       },
       pattern,
     );
@@ -237,13 +232,10 @@ export class LockAdmin {
         const results = await this.bounded(
           Promise.all(
             list.map((key, k) =>
-              (own[k] !== null && Number(own[k]) >= highest[k]) || highest[k] === 0
+              !keeps(node, key) || highest[k] === 0 || Number(own[k] ?? -1) >= highest[k]
                 ? 0
-                : key === this.nodeCounterKey
-                  ? node.topology === 'cluster'
-                    ? 0
-                    : node.run(RAISE_FENCE, [key], [highest[k], 0])
-                  : node.run(RAISE_FENCE, [key], [highest[k], ttl]),
+                : // A node's own counter never expires.
+                  node.run(RAISE_FENCE, [key], [highest[k], key === this.nodeCounterKey ? 0 : ttl]),
             ),
           ),
         );

@@ -133,8 +133,6 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   private readonly admin: LockAdmin;
   /** The release script's notify argument. */
   private readonly notify: '1' | '0';
-  /** The node's fence counter, where {@link countsForAll}. */
-  private readonly nodeCounterKey: string;
 
   constructor(options: LockEngineOptions) {
     super();
@@ -151,7 +149,6 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     });
     this.quorum = Math.floor(this.nodes.length / 2) + 1;
     this.notify = this.options.releaseNotifications ? '1' : '0';
-    this.nodeCounterKey = `${this.options.keyPrefix}fence`;
     this.admin = new LockAdmin(
       this.nodes,
       this.options.keyPrefix,
@@ -641,7 +638,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     if (overflow >= 0) {
       throw new LockConfigurationError(
         `The fence counter of '${request.resources[overflow]}' passed 2^53 - 1, beyond what a JavaScript number ` +
-          `holds exactly. Delete ${request.keys[overflow]}:fence and ${this.nodeCounterKey} on every node (with ` +
+          `holds exactly. Delete ${request.keys[overflow]}:fence and ${this.admin.nodeCounterKey} on every node (with ` +
           'fenceCounterTtl set, a new counter starts from the clock), or lock under another keyPrefix.',
       );
     }
@@ -661,7 +658,9 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       (node) => {
         // KEYS: the lock keys, then each one's counter (the node's own, or the resource's).
         const all = this.countsForAll(node);
-        const counters = request.keys.map((key) => (all ? this.nodeCounterKey : `${key}:fence`));
+        const counters = request.keys.map((key) =>
+          all ? this.admin.nodeCounterKey : `${key}:fence`,
+        );
         return node.run(
           FENCE_WRITEBACK,
           [...request.keys, ...counters],
@@ -680,9 +679,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
    * resources (`fenceCounter: 'node'`; a cluster cannot, see ACQUIRE).
    */
   private countsForAll(node: LockNode): boolean {
-    return (
-      this.options.fencing && this.options.fenceCounter === 'node' && node.topology !== 'cluster'
-    );
+    return this.options.fencing && this.options.fenceCounter === 'node' && node.keepsNodeCounter;
   }
 
   /** Why an attempt failed: busy (enough nodes answered, someone holds it) or unavailable. */
@@ -763,7 +760,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     const list = normalizeResources(resources);
     const defaults = this.options;
     const ttl = options.ttl === undefined ? defaults.ttl : checkMs('ttl', options.ttl, 10);
-    const keys = list.map((resource) => `${defaults.keyPrefix}{${resource}}`);
+    const keys = list.map((resource) => this.admin.lockKey(resource));
     const retry = options.retry === undefined ? defaults.retry : this.retryPolicy(options.retry);
     const nodeTimeout = this.nodeTimeout(ttl);
     if (options.signal !== undefined && !(options.signal instanceof AbortSignal)) {
@@ -775,7 +772,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       queueId: keys.length === 1 ? keys[0] : keys.join('\n'),
       acquireKeys:
         defaults.fencing && defaults.fenceCounter === 'node'
-          ? [...keys, this.nodeCounterKey]
+          ? [...keys, this.admin.nodeCounterKey]
           : keys,
       ttl,
       nodeTimeout,

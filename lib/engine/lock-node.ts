@@ -149,6 +149,14 @@ export class LockNode {
   }
 
   /**
+   * Whether the node can keep one fence counter for all resources
+   * (`fenceCounter: 'node'`): not a cluster, whose scripts reach one slot only.
+   */
+  get keepsNodeCounter(): boolean {
+    return this.topology !== 'cluster';
+  }
+
+  /**
    * The servers that hold this node's keys, for commands that concern a
    * server rather than a key (SCAN, INFO, CONFIG, PING): the client itself,
    * or every master of a cluster (connections the cluster client owns).
