@@ -10,7 +10,7 @@ import {
 } from '../../lib/engine/index.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import { engineReady } from '../support/engine-ready.js';
-import { nextLockEvent } from '../support/lock-events.js';
+import { nextLockEvent, timedHandOff } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
 
 const redis = useRedisNodes(3);
@@ -42,13 +42,8 @@ describe('waiters are woken when a lock is released', () => {
     const waiter = await engine();
     const resource = unique('remote');
     const lock = await holder.acquire(resource);
-    const contended = nextLockEvent(waiter, 'contended', resource);
-    const waiting = waiter.acquire(resource, { retry: SLOW_POLLING });
-    await contended;
-    const released = performance.now();
-    await lock.release();
-    const next = await waiting;
-    expect(performance.now() - released).toBeLessThan(1000);
+    const { next, ms } = await timedHandOff(lock, waiter, resource, SLOW_POLLING);
+    expect(ms).toBeLessThan(1000);
     await next.release();
   });
 
@@ -57,17 +52,11 @@ describe('waiters are woken when a lock is released', () => {
     const waiter = await engine({ releaseNotifications: false });
     const resource = unique('silent');
     const lock = await silentHolder.acquire(resource);
-    // The second refusal: the waiter's first attempt is followed at once by one that joins the
-    // line; a release before that one would be taken at once, with no retry delay to show.
-    const contended = nextLockEvent(waiter, 'contended', resource, 2);
-    const waiting = waiter.acquire(resource, {
-      retry: { ...SLOW_POLLING, delay: 1500, maxDelay: 1500 },
-    });
-    await contended;
-    const released = performance.now();
-    await lock.release();
-    const next = await waiting;
-    expect(performance.now() - released).toBeGreaterThan(1000);
+    // After the second refusal: the waiter's first attempt is followed at once by one that joins
+    // the line; a release before that one would be taken at once, with no retry delay to show.
+    const retry = { ...SLOW_POLLING, delay: 1500, maxDelay: 1500 };
+    const { next, ms } = await timedHandOff(lock, waiter, resource, retry, 2);
+    expect(ms).toBeGreaterThan(1000);
     await next.release();
   });
 

@@ -38,6 +38,7 @@ import {
   type LockEngineOptions,
 } from '../../lib/engine/index.js';
 import { quietLogger } from '../support/quiet-logger.js';
+import { nextLockEvent, timedHandOff } from '../support/lock-events.js';
 import { RedisNodeProcess } from '../support/redis-nodes.js';
 import { failOnUnhandledRejections } from './unhandled-rejections.js';
 
@@ -103,22 +104,6 @@ async function connected(url: string, options: Partial<LockEngineOptions> = {}) 
   return Object.assign(engine, { logger });
 }
 
-/**
- * Resolves on the waiter's second busy attempt: the first one lines it up and
- * it asks again at once, so only after the second does it sleep its retry
- * delay (or wait for a release message).
- */
-function secondContention(waiter: LockEngine): Promise<void> {
-  return new Promise((resolve) => {
-    const listener = ({ attempt }: { attempt: number }) => {
-      if (attempt < 2) return;
-      waiter.off('contended', listener);
-      resolve();
-    };
-    waiter.on('contended', listener);
-  });
-}
-
 /** What a call threw (or rejected with), or undefined. */
 async function thrown(call: () => Promise<unknown>): Promise<unknown> {
   try {
@@ -161,16 +146,13 @@ describe('the minimal ACL for locking', () => {
     expect(busy).toBeInstanceOf(LockBusyError);
     expect(busy.retryAfter).toBeGreaterThan(0);
 
-    const contended = secondContention(waiter);
-    // A retry delay so long that only the release message can explain a quick hand-off.
-    const waiting = waiter.acquire(resource, {
-      retry: { delay: 5000, maxDelay: 5000, factor: 1, jitter: 0 },
-    });
-    await contended;
-    const released = performance.now();
-    expect((await lock.release()).released).toBe(true);
-    const next = await waiting;
-    expect(performance.now() - released).toBeLessThan(2000);
+    // A retry delay so long that only the release message can explain a quick hand-off. The
+    // release comes after the second refusal: the first one lines the waiter up and it asks again
+    // at once, so only after the second does it sleep its retry delay.
+    const retry = { delay: 5000, maxDelay: 5000, factor: 1, jitter: 0 };
+    const { next, released, ms } = await timedHandOff(lock, waiter, resource, retry, 2);
+    expect(released.released).toBe(true);
+    expect(ms).toBeLessThan(2000);
     expect(next.token).toBeGreaterThan(lock.token!);
     await next.release();
 
@@ -221,7 +203,7 @@ describe('the minimal ACL for locking', () => {
     const waiter = await connected(url);
     const resource = unique('no-channels');
     const lock = await holder.tryAcquire(resource);
-    const contended = secondContention(waiter);
+    const contended = nextLockEvent(waiter, 'contended', resource, 2);
     const waiting = waiter.acquire(resource, {
       retry: { delay: 200, maxDelay: 200, factor: 1, jitter: 0 },
       waitTimeout: 10_000,
@@ -247,7 +229,7 @@ describe('the minimal ACL for locking', () => {
     const waiter = await connected(url);
     const resource = unique('no-line');
     const lock = await holder.tryAcquire(resource);
-    const contended = secondContention(waiter);
+    const contended = nextLockEvent(waiter, 'contended', resource, 2);
     const waiting = waiter.acquire(resource, { waitTimeout: 10_000 });
     await contended;
     expect(await node.cli('EXISTS', `lock:{${resource}}:q`)).toBe('0');

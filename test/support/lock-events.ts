@@ -1,4 +1,10 @@
-import type { LockEngine, LockEvents } from '../../lib/engine/index.js';
+import type {
+  Lock,
+  LockEngine,
+  LockEvents,
+  ReleaseResult,
+  RetryOptions,
+} from '../../lib/engine/index.js';
 
 type EventName = keyof LockEvents;
 type EventOf<N extends EventName> = LockEvents[N][0];
@@ -46,4 +52,27 @@ export function countLockEvents(
     },
     stop: () => void engine.off(name, listener as never),
   };
+}
+
+/**
+ * A timed hand-off: `waiter` asks for `resource` (held by `lock`) with
+ * `retry`; once it has been refused `refusals` times, `lock` is released.
+ * Resolves with the waiter's lock, the release's result and the ms from the
+ * release to the grant: with a long retry delay, only a wake-up explains a
+ * short one.
+ */
+export async function timedHandOff(
+  lock: Lock,
+  waiter: LockEngine,
+  resource: string,
+  retry: RetryOptions,
+  refusals = 1,
+): Promise<{ next: Lock; released: ReleaseResult; ms: number }> {
+  const contended = nextLockEvent(waiter, 'contended', resource, refusals);
+  const waiting = waiter.acquire(resource, { retry });
+  await contended;
+  const start = performance.now();
+  const released = await lock.release();
+  const next = await waiting;
+  return { next, released, ms: performance.now() - start };
 }

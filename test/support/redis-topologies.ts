@@ -17,11 +17,13 @@
  * ```
  */
 import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { accessSync, constants as fsConstants } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
+import { hashSlot } from '../../lib/engine/cluster-scripts.js';
 import {
   findRedisServer,
   RedisNodeProcess,
@@ -113,6 +115,31 @@ export interface SlotRange {
   readonly master: RedisNodeProcess;
 }
 
+/** The server that owns `slot` among `ranges`. */
+export function ownerOfSlot(ranges: readonly SlotRange[], slot: number): RedisNodeProcess {
+  const range = ranges.find((r) => r.from <= slot && slot <= r.to);
+  if (!range) throw new Error(`no master serves slot ${slot}`);
+  return range.master;
+}
+
+/**
+ * One fresh resource per master among `ranges`, each in a different slot;
+ * `keyOf` names a resource's lock key (what decides its slot).
+ */
+export function spreadOverMasters(
+  ranges: readonly SlotRange[],
+  keyOf: (resource: string) => string,
+  name: string,
+): string[] {
+  const masters = new Map<RedisNodeProcess, string>();
+  for (let i = 0; masters.size < ranges.length; i++) {
+    const resource = `${name}:${randomUUID()}:${i}`;
+    const master = ownerOfSlot(ranges, hashSlot(keyOf(resource)));
+    if (!masters.has(master)) masters.set(master, resource);
+  }
+  return [...masters.values()];
+}
+
 /** A local Redis Cluster. The cluster bus of each server listens on its port + 10000. */
 export class RedisClusterProcess {
   private constructor(
@@ -192,9 +219,7 @@ export class RedisClusterProcess {
 
   /** The server that owns `slot`. */
   async masterOf(slot: number): Promise<RedisNodeProcess> {
-    const range = (await this.slotRanges()).find((r) => r.from <= slot && slot <= r.to);
-    if (!range) throw new Error(`no master serves slot ${slot}`);
-    return range.master;
+    return ownerOfSlot(await this.slotRanges(), slot);
   }
 
   /**

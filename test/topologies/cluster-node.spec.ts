@@ -8,10 +8,14 @@ import {
   type LockEngineOptions,
 } from '../../lib/engine/index.js';
 import { hashSlot } from '../../lib/engine/cluster-scripts.js';
-import { nextLockEvent } from '../support/lock-events.js';
+import { nextLockEvent, timedHandOff } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
-import type { RedisNodeProcess } from '../support/redis-nodes.js';
-import { RedisClusterProcess, type SlotRange } from '../support/redis-topologies.js';
+import {
+  ownerOfSlot,
+  RedisClusterProcess,
+  spreadOverMasters as spreadResources,
+  type SlotRange,
+} from '../support/redis-topologies.js';
 
 /** A retry delay so long that only a wake-up can explain a fast hand-off. */
 const SLOW_POLLING = { delay: 5000, factor: 1, maxDelay: 5000, jitter: 0 };
@@ -39,21 +43,9 @@ async function connected(options: Partial<LockEngineOptions> = {}) {
   return { engine, logger };
 }
 
-function masterOf(resource: string): RedisNodeProcess {
-  const slot = hashSlot(keyOf(resource));
-  return ranges.find((r) => r.from <= slot && slot <= r.to)!.master;
-}
-
-/** One fresh resource per master, each in a different slot. */
-function spreadOverMasters(name: string): string[] {
-  const masters = new Map<RedisNodeProcess, string>();
-  for (let i = 0; masters.size < ranges.length; i++) {
-    const resource = `${name}:${randomUUID()}:${i}`;
-    const master = masterOf(resource);
-    if (!masters.has(master)) masters.set(master, resource);
-  }
-  return [...masters.values()];
-}
+const masterOf = (resource: string) => ownerOfSlot(ranges, hashSlot(keyOf(resource)));
+/** One fresh resource per master of the cluster, each in a different slot. */
+const spreadOverMasters = (name: string) => spreadResources(ranges, keyOf, name);
 
 /** What each resource's master holds in its lock key. */
 const holders = (resources: readonly string[]) =>
@@ -177,13 +169,8 @@ describe('a Redis Cluster as the only node', () => {
     const { engine: waiter } = await connected();
     for (const resource of [`wake:${randomUUID()}`, ...spreadOverMasters('wake-multi')]) {
       const lock = await engine.acquire(resource);
-      const contended = nextLockEvent(waiter, 'contended', resource);
-      const waiting = waiter.acquire(resource, { retry: SLOW_POLLING });
-      await contended;
-      const released = performance.now();
-      await lock.release();
-      const next = await waiting;
-      expect(performance.now() - released).toBeLessThan(1000);
+      const { next, ms } = await timedHandOff(lock, waiter, resource, SLOW_POLLING);
+      expect(ms).toBeLessThan(1000);
       await next.release();
     }
   });

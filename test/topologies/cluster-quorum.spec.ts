@@ -7,7 +7,12 @@ import { ACQUIRE, EXTEND, FENCE_WRITEBACK, RELEASE } from '../../lib/engine/lua-
 import { nodesBack } from '../support/engine-ready.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import type { RedisNodeProcess } from '../support/redis-nodes.js';
-import { RedisClusterProcess, type SlotRange } from '../support/redis-topologies.js';
+import {
+  ownerOfSlot,
+  RedisClusterProcess,
+  spreadOverMasters as spreadResources,
+  type SlotRange,
+} from '../support/redis-topologies.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 
 const keyOf = (resource: string) => `lock:{${resource}}`;
@@ -55,20 +60,9 @@ async function loadScripts(): Promise<void> {
   );
 }
 
-function masterOf(resource: string): RedisNodeProcess {
-  const slot = hashSlot(keyOf(resource));
-  return ranges.find((r) => r.from <= slot && slot <= r.to)!.master;
-}
-
+const masterOf = (resource: string) => ownerOfSlot(ranges, hashSlot(keyOf(resource)));
 /** One fresh resource per master of the cluster, each in a different slot. */
-function spreadOverMasters(name: string): string[] {
-  const masters = new Map<RedisNodeProcess, string>();
-  for (let i = 0; masters.size < ranges.length; i++) {
-    const resource = `${name}:${randomUUID()}:${i}`;
-    if (!masters.has(masterOf(resource))) masters.set(masterOf(resource), resource);
-  }
-  return [...masters.values()];
-}
+const spreadOverMasters = (name: string) => spreadResources(ranges, keyOf, name);
 
 /**
  * Holder and remaining lease of `resource` on each node, read through the engine's own
