@@ -112,11 +112,14 @@ const LAYOUTS = new Map<LuaScript, Layout>([
     },
   ],
   [
-    // KEYS: the lock keys. ARGV: value, notify.
+    // KEYS: the lock keys. ARGV: value, notify, sender.
     RELEASE,
     {
       resources: (keys) => keys.length,
-      part: (keys, args, indices) => [pick(keys, indices), [args[0], shardNotify(args[1])]],
+      part: (keys, args, indices) => [
+        pick(keys, indices),
+        [args[0], shardNotify(args[1]), ...args.slice(2)],
+      ],
       merge: (replies) => replies.reduce((sum: number, r) => sum + Number(r), 0),
     },
   ],

@@ -133,6 +133,8 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   private readonly admin: LockAdmin;
   /** The release script's notify argument. */
   private readonly notify: '1' | '0';
+  /** Names this engine in its release messages, so that it skips its own (see RELEASE). */
+  private readonly sender = randomValue().slice(0, 12);
 
   constructor(options: LockEngineOptions) {
     super();
@@ -156,7 +158,11 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       this.nodeTimeout(this.options.ttl) * 5,
     );
     if (this.options.releaseNotifications) {
-      this.channel = new ReleaseChannel(this.nodes, (key, head) => this.queues.released(key, head));
+      this.channel = new ReleaseChannel(
+        this.nodes,
+        (key, head) => this.queues.released(key, head),
+        this.sender,
+      );
     }
   }
 
@@ -392,14 +398,15 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     lock.released();
     const releasing = quorumRound(
       this.nodes,
-      (node) => node.run(RELEASE, lock.keys, [lock.value, this.notify]),
+      (node) => node.run(RELEASE, lock.keys, [lock.value, this.notify, this.sender]),
       isPositive,
       this.quorum,
       this.nodeTimeout(lock.ttl),
     );
-    // This process's own waiters need no message from the nodes, nor the release's answers:
-    // their attempt goes out on the same connections after the release, so each node runs it
-    // after the release (a round trip sooner than waiting for the answers).
+    // This process's own waiters need no message from the nodes (the channel skips this
+    // engine's own), nor the release's answers: their attempt goes out on the same connections
+    // after the release, so each node runs it after the release (a round trip sooner than
+    // waiting for the answers).
     for (const key of lock.keys) this.queues.released(key);
     const round = await releasing;
     const failures = roundFailures(this.nodes, round.errors);
@@ -723,7 +730,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   /** Best-effort release of a failed attempt on every node, including those that did not answer. */
   private cleanUp(keys: readonly string[], value: string): void {
     for (const node of this.nodes)
-      node.run(RELEASE, keys, [value, this.notify]).catch(() => undefined);
+      node.run(RELEASE, keys, [value, this.notify, this.sender]).catch(() => undefined);
   }
 
   private async pause(ms: number, request: Request, attempts: number): Promise<void> {

@@ -21,9 +21,9 @@ export type LockNodeTopology = 'server' | 'sentinel' | 'cluster';
  * Options for the clients the engine opens itself. Commands fail at once
  * while a node is disconnected instead of queueing: a lock attempt must count
  * that node as down, not wait for it. No auto-pipelining: the lock scripts
- * of one tick already leave as one command (see {@link LockNode.run}), and
- * ioredis keeps only one auto-pipeline in flight per connection, so that the
- * next tick's command would wait for the last one's reply (a quick bench,
+ * of one turn of the event loop already leave as one command (see
+ * {@link LockNode.run}), and ioredis keeps only one auto-pipeline in flight
+ * per connection, so that the next command would wait for the last one's reply (a quick bench,
  * 32 uncontended callers on 3 nodes: 26k cycles/s with it, 35k without).
  */
 const OWNED_CLIENT_DEFAULTS: RedisOptions = {
@@ -61,7 +61,7 @@ const OWNED_CLUSTER_DEFAULTS: ClusterOptions = {
   },
 };
 
-/** A script call waiting in {@link LockNode.run} for the end of its tick. */
+/** A script call waiting in {@link LockNode.run} for the end of its turn of the event loop. */
 interface PendingCall {
   readonly script: LuaScript;
   readonly keys: readonly string[];
@@ -223,8 +223,13 @@ export class LockNode {
    * Runs a script by SHA; after SCRIPT FLUSH or a restart, by source (which
    * caches it again). On a cluster, keys of several slots make one call per
    * slot, all or nothing (see cluster-scripts.ts). On a server, the calls
-   * made in the same tick leave together, in order: the lock scripts among
-   * them as one {@link BATCH} command (see {@link flush}).
+   * made in the same turn of the event loop leave together, in order: the
+   * lock scripts among them as one {@link BATCH} command (see {@link flush}).
+   * A turn, not a tick: requests that arrive on separate connections (HTTP
+   * requests, each in an I/O callback of its own) are handled in one turn
+   * when they arrive together, and their locks then share a command. The
+   * calls go out in the turn's check phase (setImmediate), right after the
+   * I/O callbacks that made them, never a timer's delay later.
    */
   run(
     script: LuaScript,
@@ -237,16 +242,16 @@ export class LockNode {
     if (this.topology === 'cluster') return runBySlot(script, keys, args, this.runInSlot);
     return new Promise((resolve, reject) => {
       if (this.pending.push({ script, keys, args, resolve, reject }) === 1) {
-        process.nextTick(this.flush);
+        setImmediate(this.flush);
       }
     });
   }
 
-  /** Calls waiting for the end of the tick (see {@link run}). */
+  /** Calls waiting for the end of the turn (see {@link run}). */
   private pending: PendingCall[] = [];
 
   /**
-   * Sends the calls of one tick in their order: each run of consecutive lock
+   * Sends the calls of one turn in their order: each run of consecutive lock
    * scripts (up to {@link MAX_BATCH}) as one BATCH command, a lone call or
    * any other script by itself.
    * One command instead of one per call spares the node its per-command work

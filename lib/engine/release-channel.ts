@@ -25,11 +25,25 @@ export class ReleaseChannel {
   private readonly lingering = new Map<string, NodeJS.Timeout>();
   private closed = false;
 
+  /** Parses a message (see RELEASE) and passes it on unless this process sent it. */
+  private readonly onMessage: (key: string, message: string) => void;
+
   constructor(
     private readonly nodes: readonly LockNode[],
-    /** Called with the key of every release heard, and the waiter it names first in line ('' for none). */
-    private readonly onRelease: (key: string, head: string) => void,
-  ) {}
+    /**
+     * Called with the key of every release heard, and the waiter it names
+     * first in line ('' for none).
+     */
+    onRelease: (key: string, head: string) => void,
+    /** The sender name of this process's releases, whose messages are skipped. */
+    self: string,
+  ) {
+    this.onMessage = (key, message) => {
+      const space = message.indexOf(' ');
+      if (space < 0) return onRelease(key, message);
+      if (message.slice(space + 1) !== self) onRelease(key, message.slice(0, space));
+    };
+  }
 
   /**
    * Subscribes to the keys' channels on every node that answers within
@@ -94,8 +108,8 @@ export class ReleaseChannel {
       try {
         const { client } = node;
         return isClusterClient(client)
-          ? shardSubscriber(client, this.onRelease)
-          : serverSubscriber(client, this.onRelease);
+          ? shardSubscriber(client, this.onMessage)
+          : serverSubscriber(client, this.onMessage);
       } catch {
         // A client that cannot be duplicated: its waiters fall back to polling.
         return undefined;

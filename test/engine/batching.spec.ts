@@ -62,6 +62,30 @@ describe('concurrent lock calls on one node', () => {
     for (const r of resources) expect(await admin.exists(`lock:{${r}}`)).toBe(0);
   });
 
+  it('share a command when made in separate callbacks of one turn of the event loop', async () => {
+    // As HTTP requests arriving together are: each handled in an I/O callback of its own. Here
+    // two immediates and a tick after each: four callbacks, one turn, one command.
+    const resources = Array.from({ length: 4 }, () => unique('turn'));
+    const calls: Promise<Lock>[] = [];
+    await new Promise<void>((resolve) => {
+      setImmediate(() => {
+        calls.push(engine.tryAcquire(resources[0]));
+        process.nextTick(() => calls.push(engine.tryAcquire(resources[1])));
+      });
+      setImmediate(() => {
+        calls.push(engine.tryAcquire(resources[2]));
+        process.nextTick(() => {
+          calls.push(engine.tryAcquire(resources[3]));
+          resolve();
+        });
+      });
+    });
+    const locks = await Promise.all(calls);
+    expect(await scriptCalls(admin)).toBe(1);
+    expect(locks.map((l) => l.resources[0])).toEqual(resources);
+    await Promise.all(locks.map((l) => l.release()));
+  });
+
   it('keep one caller’s Redis error to that caller', async () => {
     const foreign = unique('foreign');
     await admin.rpush(`lock:{${foreign}}`, 'not a lock');

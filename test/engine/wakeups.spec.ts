@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
 import { Redis } from 'ioredis';
 import {
   LockAbortedError,
@@ -12,6 +13,7 @@ import { useRedisNodes } from '../support/use-redis-nodes.js';
 import { engineReady } from '../support/engine-ready.js';
 import { nextLockEvent, timedHandOff } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
+import { ReleaseChannel } from '../../lib/engine/release-channel.js';
 
 const redis = useRedisNodes(3);
 const unique = (name: string) => `${name}:${randomUUID()}`;
@@ -233,6 +235,83 @@ describe('waiters are woken when a lock is released', () => {
     // The line is gone once the node has run the HDEL the engine sent on giving up.
     for (const node of redis.nodes) {
       expect(await node.cli('EXISTS', `lock:{${resource}}:q`)).toBe('0');
+    }
+  });
+
+  /** PUBLISH calls each node has run so far (the release script's included). */
+  const publishes = () =>
+    Promise.all(
+      redis.nodes.map(async (node) => {
+        const stats = await node.cli('INFO', 'commandstats');
+        return Number(/^cmdstat_publish:calls=(\d+)/m.exec(stats)?.[1] ?? 0);
+      }),
+    );
+
+  it('sends no release message for a lock nobody waits for, and one per node when someone does', async () => {
+    const resource = unique('unheard');
+    const before = await publishes();
+    await (await holder.acquire(resource)).release();
+    expect(await publishes()).toEqual(before);
+
+    const lock = await holder.acquire(resource);
+    const waiter = await engine();
+    const waiting = waiter.acquire(resource, { retry: SLOW_POLLING });
+    await inNodesLine(waiter, resource);
+    await lock.release();
+    await (await waiting).release();
+    // The holder's release had a waiter in line; the waiter's own release had none.
+    expect(await publishes()).toEqual(before.map((count) => count + 1));
+  });
+
+  it('names the first waiter in line and the sender in a release message; the sender skips its own', async () => {
+    const resource = unique('own-message');
+    const key = `lock:{${resource}}`;
+    const lock = await holder.acquire(resource);
+    const waiter = await engine();
+    const waiting = waiter.acquire(resource, { retry: SLOW_POLLING });
+    await inNodesLine(waiter, resource);
+    const watcher = new Redis(redis.nodes[0].url);
+    try {
+      await watcher.subscribe(key);
+      const heard = once(watcher, 'message');
+      await lock.release();
+      const [, message] = (await heard) as [string, string];
+      const [head, sender] = message.split(' ');
+      // The waiter's name (its first attempt's 128-bit value), then the holder engine's.
+      expect(head).toMatch(/^[\w-]{22}$/);
+      expect(sender).toMatch(/^[\w-]{12}$/);
+      await (await waiting).release();
+
+      // A subscriber named `sender` drops that sender's messages (in order on one connection:
+      // had the first been passed on, it would be the first heard).
+      const received: [string, string][] = [];
+      const twoHeard = new Promise<void>((resolve) => {
+        const channel = new ReleaseChannel(
+          [holder.nodes[0]],
+          (k, h) => {
+            received.push([k, h]);
+            if (received.length === 2) resolve();
+          },
+          sender,
+        );
+        void channel
+          .subscribe([key], 2000)
+          .then(async () => {
+            await watcher.unsubscribe(key);
+            await watcher.publish(key, `own ${sender}`);
+            await watcher.publish(key, 'other-head someone-else');
+            await watcher.publish(key, '');
+            await twoHeard;
+          })
+          .finally(() => channel.close());
+      });
+      await twoHeard;
+      expect(received).toEqual([
+        [key, 'other-head'],
+        [key, ''],
+      ]);
+    } finally {
+      watcher.disconnect();
     }
   });
 
