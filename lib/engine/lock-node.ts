@@ -276,18 +276,15 @@ export class LockNode {
 
   private runBatch(calls: readonly PendingCall[]): void {
     const keys: string[] = [];
-    const header: (string | number)[] = [calls.length];
-    const args: (string | number)[] = [];
+    const list: [number, number, string[]][] = [];
     for (const call of calls) {
-      header.push(BATCH_INDEX.get(call.script)!, call.keys.length, call.args.length);
       for (const key of call.keys) keys.push(key);
-      for (const arg of call.args) args.push(arg);
+      list.push([BATCH_INDEX.get(call.script)!, call.keys.length, call.args.map(String)]);
     }
-    this.runInSlot(BATCH, keys, header.concat(args)).then(
+    this.runInSlot(BATCH, keys, [JSON.stringify(list)]).then(
       (replies) => {
-        const list = replies as unknown[];
         calls.forEach((call, k) => {
-          const reply = list[k];
+          const reply = (replies as unknown[])[k];
           if (reply instanceof Error) call.reject(reply);
           else call.resolve(reply);
         });

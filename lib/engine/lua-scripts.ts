@@ -282,24 +282,24 @@ export const BATCHABLE: readonly LuaScript[] = [ACQUIRE, RELEASE, EXTEND, FENCE_
  * say) is that call's reply and does not stop the others. All its keys are
  * declared, so this is for servers, not clusters (their keys span slots).
  * KEYS: every call's keys, in call order.
- * ARGV: m, then m triples (script index, key count, argument count), then
- * every call's arguments, in call order.
- * Returns m replies; an error reply stands where a call failed.
+ * ARGV: one JSON array with, per call, [script index, key count, [arguments
+ * as strings]]. One argument instead of one per call argument: a client
+ * pays for each argument of a command (ioredis about 0.15 µs), and Redis
+ * decodes the JSON in C (cjson) about as fast as it reads separate
+ * arguments.
+ * Returns one reply per call; an error reply stands where a call failed.
  */
 export const BATCH = script(
   'batch',
   `local scripts = {
 ${BATCHABLE.map((s) => `function(KEYS, ARGV)\n${s.body}\nend`).join(',\n')}
 }
-local m, out = tonumber(ARGV[1]), {}
-local k, a = 0, 1 + 3 * m
-for i = 1, m do
-  local nk, na = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1])
-  local keys, args = {}, {}
-  for j = 1, nk do keys[j] = KEYS[k + j] end
-  for j = 1, na do args[j] = ARGV[a + j] end
-  k, a = k + nk, a + na
-  local ok, reply = pcall(scripts[tonumber(ARGV[3 * i - 1])], keys, args)
+local calls, out, k = cjson.decode(ARGV[1]), {}, 0
+for i = 1, #calls do
+  local call, keys = calls[i], {}
+  for j = 1, call[2] do keys[j] = KEYS[k + j] end
+  k = k + call[2]
+  local ok, reply = pcall(scripts[call[1]], keys, call[3])
   if ok then
     out[i] = reply or false
   elseif type(reply) == 'table' and reply.err then
