@@ -128,6 +128,9 @@ export class Ticket {
       if (now >= deadline) return;
       if (this.isHead && this.queue.wakes !== this.seen) return;
       const head = this.isHead;
+      // Nothing to wait for: ask now, not after a timer's shortest delay (about 1 ms, which a
+      // short-lived lock's release would then race).
+      if (head && delay <= 0) return;
       const tryNow = await new Promise<boolean>((resolve, reject) => {
         const finish = (value: boolean) => {
           clearTimeout(timer);

@@ -1,0 +1,46 @@
+/**
+ * This process's wait queues (lib/engine/wait-queue.ts), without Redis: the
+ * order in which waiters are told to ask the nodes.
+ */
+import { describe, expect, it } from '@jest/globals';
+import { WaitQueues } from '../../lib/engine/wait-queue.js';
+
+const FAR = () => performance.now() + 60_000;
+
+describe('wait queues', () => {
+  it('lets a waiter promoted after a grant ask at once, not after a timer’s shortest delay', async () => {
+    const queues = new WaitQueues();
+    const first = queues.join('k', ['k']);
+    const second = queues.join('k', ['k']);
+    const waiting = second.wait(0, FAR(), undefined);
+    first.leave(true);
+    // A timer, even of 0 ms, would fire after this immediate; the promoted head must not need one.
+    let immediate = false;
+    setImmediate(() => (immediate = true));
+    await waiting;
+    expect(immediate).toBe(false);
+    expect(second.isHead).toBe(true);
+    second.leave(false);
+  });
+
+  it('keeps a waiter behind the head waiting until the head leaves, then wakes it on the next release', async () => {
+    const queues = new WaitQueues();
+    const first = queues.join('k', ['k']);
+    const second = queues.join('k', ['k']);
+    let asked = false;
+    const waiting = second.wait(5000, FAR(), undefined).then(() => (asked = true));
+    queues.released('k');
+    await new Promise((resolve) => setImmediate(resolve));
+    // The release woke the head, not the waiter behind it.
+    expect(asked).toBe(false);
+    first.leave(true);
+    await new Promise((resolve) => setImmediate(resolve));
+    // Promoted after a grant: it waits, as head, for that holder's release.
+    expect(asked).toBe(false);
+    queues.released('k');
+    await waiting;
+    expect(asked).toBe(true);
+    second.leave(true);
+    expect(queues.has('k')).toBe(false);
+  });
+});
