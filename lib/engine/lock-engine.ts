@@ -194,9 +194,12 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     let granting: RoundResult<AcquireReply> | undefined;
     try {
       if (request.retry.attempts > 0 && this.queues.has(request.queueId)) {
-        // Others of this process already wait for these keys: line up behind them.
+        // Others of this process already wait for these keys: line up behind them. Promoted
+        // after the one ahead got the lock, wait for its release (this process's own, which
+        // wakes the head at once), with the first retry delay as the fallback: asking at once
+        // would only be refused, and a short hold's release would race that refusal.
         ticket = await this.lineUp(request);
-        await this.waitTurn(ticket, 0, deadline, request, 0);
+        await this.waitTurn(ticket, retryDelay(request.retry, 1), deadline, request, 0);
       }
       for (let attempt = 1; ; attempt++) {
         ticket?.attempting();

@@ -153,8 +153,8 @@ export class Ticket {
       });
       // A release was heard, the delay passed, or the head left without the lock: ask now.
       if (head || tryNow) return;
-      // Promoted after the previous head got the lock: wait, as head, for its release.
-      delay = Math.max(0, delay - (performance.now() - now));
+      // Promoted after the previous head got the lock: wait, as head, for its release, the
+      // whole delay (the time spent behind others was no wait for a release).
     }
   }
 

@@ -8,7 +8,7 @@ import { WaitQueues } from '../../lib/engine/wait-queue.js';
 const FAR = () => performance.now() + 60_000;
 
 describe('wait queues', () => {
-  it('lets a waiter promoted after a grant ask at once, not after a timer’s shortest delay', async () => {
+  it('lets a head whose delay is 0 ask at once, not after a timer’s shortest delay', async () => {
     const queues = new WaitQueues();
     const first = queues.join('k', ['k']);
     const second = queues.join('k', ['k']);

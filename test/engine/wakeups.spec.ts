@@ -83,6 +83,31 @@ describe('waiters are woken when a lock is released', () => {
     expect(performance.now() - started).toBeLessThan(2000);
   });
 
+  it('lets a waiter behind another of its process wait for the release instead of asking while the lock is held', async () => {
+    const own = await engine();
+    const resource = unique('behind');
+    const held = await own.acquire(resource);
+    const first = own.acquire(resource, { retry: SLOW_POLLING });
+    await inNodesLine(own, resource);
+    let refusals = 0;
+    own.on('contended', (event) => {
+      if (event.resources[0] === resource) refusals++;
+    });
+    const second = own.acquire(resource, { retry: SLOW_POLLING });
+    await held.release();
+    // The second is first in this process's line from here on; the lock is the first's, held
+    // until anything the second might have sent meanwhile has had its answer: its batch went
+    // out in the turn it was made, and a PING behind it on the same connections comes back after.
+    const taken = await first;
+    await new Promise((resolve) => setImmediate(resolve));
+    await Promise.all(own.nodes.map((node) => node.client.ping()));
+    await new Promise((resolve) => setImmediate(resolve));
+    await taken.release();
+    await (await second).release();
+    // It asked once, after the first's release, and got the lock: never refused.
+    expect(refusals).toBe(0);
+  });
+
   it('moves the line on when the first waiter gives up or is aborted', async () => {
     const resource = unique('give-up');
     const lock = await holder.acquire(resource);
