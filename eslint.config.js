@@ -5,7 +5,7 @@ import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/', 'sample/dist/', 'coverage/', 'node_modules/'] },
+  { ignores: ['dist/', 'sample/dist/', 'coverage/', 'node_modules/', 'bench/results/tmp/'] },
   eslint.configs.recommended,
   ...tseslint.configs.recommended,
   {

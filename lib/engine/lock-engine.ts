@@ -608,7 +608,9 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     if (round.yes >= this.quorum) {
       let tokens: number[] | undefined;
       try {
-        tokens = fencing ? await this.settleTokens(round, request, value, validUntil) : [];
+        const settled = fencing ? this.settleTokens(round, request, value, validUntil) : [];
+        // A promise only when a second fencing round had to run: no await on the usual path.
+        tokens = settled instanceof Promise ? await settled : settled;
       } catch (error) {
         this.cleanUp(keys, value);
         throw error;
@@ -632,12 +634,12 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
    * the nodes that returned less, only where our lock still stands, and final
    * only if a quorum then carries them. Undefined when that fails.
    */
-  private async settleTokens(
+  private settleTokens(
     round: RoundResult<AcquireReply>,
     request: Request,
     value: string,
     validUntil: number,
-  ): Promise<number[] | undefined> {
+  ): number[] | undefined | Promise<number[] | undefined> {
     const count = request.keys.length;
     const tokens = new Array<number>(count).fill(0);
     for (const reply of round.replies) {
@@ -663,6 +665,18 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     const needed = this.quorum - carried;
     const left = validUntil - performance.now();
     if (left <= 0 || behind.length < needed) return undefined;
+    return this.writeBack(behind, needed, tokens, request, value, left);
+  }
+
+  /** The second fencing round: `tokens` are final once `needed` of the nodes `behind` carry them. */
+  private async writeBack(
+    behind: readonly LockNode[],
+    needed: number,
+    tokens: number[],
+    request: Request,
+    value: string,
+    left: number,
+  ): Promise<number[] | undefined> {
     const writeback = await quorumRound(
       behind,
       (node) => {
