@@ -23,8 +23,9 @@ export type LockNodeTopology = 'server' | 'sentinel' | 'cluster';
  * that node as down, not wait for it. No auto-pipelining: the lock scripts
  * of one turn of the event loop already leave as one command (see
  * {@link LockNode.run}), and ioredis keeps only one auto-pipeline in flight
- * per connection, so that the next command would wait for the last one's reply (a quick bench,
- * 32 uncontended callers on 3 nodes: 26k cycles/s with it, 35k without).
+ * per connection, so that the next command would wait for the last one's
+ * reply (a quick bench, 32 uncontended callers on 3 nodes: 26k cycles/s with
+ * it, 35k without).
  */
 const OWNED_CLIENT_DEFAULTS: RedisOptions = {
   lazyConnect: true,
