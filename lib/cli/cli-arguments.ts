@@ -40,10 +40,9 @@ export const COMMANDS: Readonly<Record<CommandName, CommandSpec>> = {
     details: `Shows what each node holds for the resource (the lock's value, its remaining
 lease and the fence counter, i.e. the last token the node issued: for this
 resource, or for any resource where the node has one counter for all, the
-default fenceCounter 'node') and the
-verdict: held (a quorum of nodes holds the same value), free, or unknown
-(too few nodes answered to tell). Exit code 0 when held or free, 1 when
-unknown.`,
+default fenceCounter 'node') and the verdict: held (a quorum of nodes holds
+the same value), free, or unknown (too few nodes answered to tell). Exit code
+0 when held or free, 1 when unknown.`,
     examples: ['inspect order:42', 'inspect order:42 --json'],
   },
   list: {
@@ -85,7 +84,8 @@ many counters it raised per node. Run it after a node lost its data, before
 it serves locks again; with fenceCounterTtl 0 that is required. Every node
 must answer (exit code 1 otherwise; run it again once they do). Pass the
 app's fenceCounterTtl with --fence-counter-ttl: the raised counters of
-resources get that lifetime (a node's own counter never expires). Counters are only ever raised, so running it twice is harmless.`,
+resources get that lifetime (a node's own counter never expires). Counters
+are only ever raised, so running it twice is harmless.`,
     examples: ['reseed --fence-counter-ttl 0', "reseed 'order:*' --fence-counter-ttl 0 --json"],
   },
   health: {

@@ -189,8 +189,8 @@ export class LockAdmin {
    * Raises every fence counter (matching `pattern`) on every node to the
    * highest value any node has for it, and each node's own counter
    * (`fenceCounter: 'node'`; not on a cluster) to the highest of those: the
-   * procedure for a node that lost its data, before it serves locks again. `ttl` is the counters' lifetime in ms
-   * (0: none). Returns how many counters were raised, per node label. Every
+   * procedure for a node that lost its data, before it serves locks again.
+   * `ttl` is the lifetime in ms of the resources' counters (0: none). Returns how many counters were raised, per node label. Every
    * node must answer: a node left out would keep its low counters, so this
    * throws instead, naming it.
    */

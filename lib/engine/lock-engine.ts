@@ -135,6 +135,8 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   private readonly notify: '1' | '0';
   /** Names this engine in its release messages, so that it skips its own (see RELEASE). */
   private readonly sender = randomValue().slice(0, 12);
+  /** Fencing with one counter per node for all resources (`fenceCounter: 'node'`), where a node can. */
+  private readonly nodeCounters: boolean;
 
   constructor(options: LockEngineOptions) {
     super();
@@ -151,6 +153,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     });
     this.quorum = Math.floor(this.nodes.length / 2) + 1;
     this.notify = this.options.releaseNotifications ? '1' : '0';
+    this.nodeCounters = this.options.fencing && this.options.fenceCounter === 'node';
     this.admin = new LockAdmin(
       this.nodes,
       this.options.keyPrefix,
@@ -703,7 +706,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
    * resources (`fenceCounter: 'node'`; a cluster cannot, see ACQUIRE).
    */
   private countsForAll(node: LockNode): boolean {
-    return this.options.fencing && this.options.fenceCounter === 'node' && node.keepsNodeCounter;
+    return this.nodeCounters && node.keepsNodeCounter;
   }
 
   /** Why an attempt failed: busy (enough nodes answered, someone holds it) or unavailable. */
@@ -794,10 +797,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       resources: list,
       keys,
       queueId: keys.length === 1 ? keys[0] : keys.join('\n'),
-      acquireKeys:
-        defaults.fencing && defaults.fenceCounter === 'node'
-          ? [...keys, this.admin.nodeCounterKey]
-          : keys,
+      acquireKeys: this.nodeCounters ? [...keys, this.admin.nodeCounterKey] : keys,
       ttl,
       nodeTimeout,
       drift: this.drift(ttl),
