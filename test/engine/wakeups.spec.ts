@@ -130,10 +130,14 @@ describe('waiters are woken when a lock is released', () => {
     nextLockEvent(engine, 'contended', resource);
   /**
    * A waiter in the nodes' line: refused once, then once more right after it subscribed (a
-   * release may have come in between), which is the attempt that joins the line.
+   * release may have come in between), which is the attempt that joins the line. That refusal
+   * is decided by a quorum; a PING behind the attempt on each of the waiter's connections
+   * comes back once every node has run it, so the waiter is in line on all of them.
    */
-  const inNodesLine = (engine: LockEngine, resource: string) =>
-    nextLockEvent(engine, 'contended', resource, 2);
+  const inNodesLine = async (engine: LockEngine, resource: string) => {
+    await nextLockEvent(engine, 'contended', resource, 2);
+    await Promise.all(engine.nodes.map((node) => node.client.ping()));
+  };
 
   it('serves waiters of different processes in the order they arrived, not the order the release reaches them', async () => {
     const [a, b, c] = [await engine(), await engine(), await engine()];
