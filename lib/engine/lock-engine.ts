@@ -82,6 +82,12 @@ interface Refusal {
   readonly busy: boolean;
   /** When busy: ms until enough nodes are free at the latest. */
   readonly retryAfter: number | undefined;
+  /**
+   * When busy: this attempt put the acquisition in the nodes' lines, and every
+   * node that refused did so only because an earlier waiter stood first in
+   * its line (the lock itself was free there).
+   */
+  joinedBehind?: boolean;
   readonly error: () => LockUnavailableError;
   readonly round: RoundResult<AcquireReply>;
 }
@@ -249,6 +255,10 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
         let delay = retryDelay(request.retry, attempt);
         // A holder that crashed frees the lock when its lease ends; no need to sleep past that.
         if (outcome.retryAfter !== undefined) delay = Math.min(delay, outcome.retryAfter + 1);
+        // Free, but an earlier waiter was first in line: this attempt just took its place there
+        // too, by arrival, so it may now be first itself (one whose own first attempts failed,
+        // say). The head asks again at once instead of after a delay nothing will cut short.
+        if (outcome.joinedBehind) delay = 0;
         if (!outcome.busy) {
           await this.pause(Math.min(delay, deadline - now), request, attempt);
         } else if (!ticket) {
@@ -284,7 +294,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   /** Joins this process's queue for the keys and listens for their releases. */
   private async lineUp(request: Request): Promise<Ticket> {
     request.waiting = true;
-    const ticket = this.queues.join(request.queueId, request.keys);
+    const ticket = this.queues.join(request.queueId, request.keys, request.arrival);
     ticket.waiter = request.waiter;
     await this.channel?.subscribe(request.keys, request.nodeTimeout);
     return ticket;
@@ -594,9 +604,8 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       seed,
       fenceCounterTtl,
     ];
-    if (request.waiting || request.waiter !== value) {
-      args.push(request.waiter, request.arrival, request.lineLease);
-    }
+    const joinsLine = request.waiting || request.waiter !== value;
+    if (joinsLine) args.push(request.waiter, request.arrival, request.lineLease);
     // A node that counts the tokens of all resources gets its counter after the lock keys.
     const round = await quorumRound(
       this.nodes,
@@ -627,7 +636,11 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     }
     this.cleanUp(keys, value);
     const refusal = this.refusal(round, request);
-    if (refusal.busy && request.lineLease > 0) request.inLine = true;
+    if (refusal.busy && request.lineLease > 0 && joinsLine) {
+      if (!request.inLine)
+        refusal.joinedBehind = round.replies.every((reply) => reply?.[0] !== 0 || reply[1] === -3);
+      request.inLine = true;
+    }
     return refusal;
   }
 

@@ -15,8 +15,15 @@ export class WaitQueues {
     return this.queues.size > 0 && this.queues.has(id);
   }
 
-  /** Joins the queue of these keys (`id` names the key set). */
-  join(id: string, keys: readonly string[]): Ticket {
+  /**
+   * Joins the queue of these keys (`id` names the key set), ranked by
+   * `arrival`: when the acquisition began, in epoch ms, as the nodes rank it.
+   */
+  join(
+    id: string,
+    keys: readonly string[],
+    arrival = performance.timeOrigin + performance.now(),
+  ): Ticket {
     let queue = this.queues.get(id);
     if (!queue) {
       queue = new WaitQueue(id, keys, this);
@@ -27,7 +34,7 @@ export class WaitQueues {
         set.add(queue);
       }
     }
-    return queue.enter();
+    return queue.enter(arrival);
   }
 
   /**
@@ -61,9 +68,14 @@ class WaitQueue {
     private readonly owner: WaitQueues,
   ) {}
 
-  enter(): Ticket {
-    const ticket = new Ticket(this);
-    this.tickets.push(ticket);
+  enter(arrival: number): Ticket {
+    const ticket = new Ticket(this, arrival);
+    const { tickets } = this;
+    // In the order the acquisitions began, as the nodes' lines rank them: one whose first
+    // attempts failed may line up after others that began later, and must not stand behind them.
+    let index = tickets.length;
+    while (index > 0 && tickets[index - 1].arrival > arrival) index--;
+    tickets.splice(index, 0, ticket);
     return ticket;
   }
 
@@ -98,7 +110,11 @@ export class Ticket {
   waiter = '';
   private notifyWaiter: ((tryNow: boolean) => void) | undefined;
 
-  constructor(private readonly queue: WaitQueue) {
+  constructor(
+    private readonly queue: WaitQueue,
+    /** When the acquisition began (epoch ms), its place in the queue. */
+    readonly arrival: number,
+  ) {
     this.seen = queue.wakes;
   }
 

@@ -43,4 +43,19 @@ describe('wait queues', () => {
     second.leave(true);
     expect(queues.has('k')).toBe(false);
   });
+
+  it('ranks waiters by when their acquisition began, not by when they lined up', () => {
+    const queues = new WaitQueues();
+    const later = queues.join('k', ['k'], 2000);
+    const earlier = queues.join('k', ['k'], 1000);
+    const same = queues.join('k', ['k'], 1000);
+    expect(earlier.isHead).toBe(true);
+    earlier.leave(true);
+    // Equal arrivals keep the order they lined up in.
+    expect(same.isHead).toBe(true);
+    same.leave(true);
+    expect(later.isHead).toBe(true);
+    later.leave(true);
+    expect(queues.has('k')).toBe(false);
+  });
 });

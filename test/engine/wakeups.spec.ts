@@ -83,6 +83,57 @@ describe('waiters are woken when a lock is released', () => {
     expect(performance.now() - started).toBeLessThan(2000);
   });
 
+  it('serves this process’s waiters in the order they began, also when the first lines up last', async () => {
+    const resource = unique('late-line');
+    const held = await holder.acquire(resource);
+    // Not connected yet: the first attempt of each fails at once, and each asks again after its
+    // own delay, so the one that began first (a) lines up after the one that began later (b).
+    const fresh = new LockEngine({ nodes: redis.nodes.map((n) => n.url), logger: quietLogger() });
+    engines.push(fresh);
+    const secondAttempts = new Promise<number>((resolve) => {
+      let firsts = 0;
+      let seconds = 0;
+      fresh.on('contended', (event) => {
+        if (event.resources[0] !== resource) return;
+        if (event.attempt === 1) firsts++;
+        if (event.attempt === 2 && ++seconds === 2) resolve(firsts);
+      });
+    });
+    const order: string[] = [];
+    const take = (name: string, delay: number) =>
+      fresh
+        .acquire(resource, { retry: { delay, factor: 1, maxDelay: delay, jitter: 0 } })
+        .then(async (lock) => {
+          order.push(name);
+          await lock.release();
+        });
+    const a = take('a', 300);
+    const b = take('b', 20);
+    // The second refusal of each put it in the nodes' lines, a ahead of b (it began first).
+    expect(await secondAttempts).toBe(0);
+    await Promise.all(fresh.nodes.map((node) => node.client.ping()));
+    await held.release();
+    await Promise.all([a, b]);
+    // The release names a, first in the nodes' lines: a must be first in this process's line too,
+    // or neither asks in turn (b is refused until a's place expires, and a is never woken).
+    expect(order).toEqual(['a', 'b']);
+  });
+
+  it('asks again at once when its refusal only put it first in line', async () => {
+    const resource = unique('ghost-behind');
+    const key = `lock:{${resource}}:q`;
+    // A waiter that began after us and vanished, first in line until we join it.
+    for (const node of redis.nodes) {
+      await node.cli('HSET', key, 'ghost', `${Date.now() + 60_000} ${Date.now() + 60_000}`);
+      await node.cli('PEXPIRE', key, '60000');
+    }
+    const started = performance.now();
+    const lock = await holder.acquire(resource, { retry: SLOW_POLLING });
+    // Refused while the ghost led the line, then first by arrival: no retry delay in between.
+    expect(performance.now() - started).toBeLessThan(1000);
+    await lock.release();
+  });
+
   it('lets a waiter behind another of its process wait for the release instead of asking while the lock is held', async () => {
     const own = await engine();
     const resource = unique('behind');
