@@ -198,7 +198,7 @@ async function main(): Promise<number> {
       'One Node.js process drives every library in turn (scenario 4: autocannon, against a Nest app in a separate Node.js process); each library gets its own fresh ioredis clients, closed after its run. ' +
         'The redis-servers share the same cores, so the figures are comparable with each other, not with a real network.',
       `Timing: uncontended runs in ${timing.rounds} interleaved rounds of ${timing.warmupMs} ms warm-up + ${timing.measureMs} ms measured per library; ` +
-        `hand-off ${timing.handoffWarmupMs} ms warm-up + ${timing.handoffMeasureMs} ms measured; held locks ${timing.heldLocks.toLocaleString('en-US')}; growth ${timing.growthCycles.toLocaleString('en-US')} cycles. Lease (ttl) 10 s unless stated.`,
+        `hand-off ${timing.handoffWarmupMs} ms warm-up + ${timing.handoffMeasureMs} ms measured; HTTP ${timing.httpRounds} interleaved rounds of ${timing.httpMeasureMs} ms per endpoint after a ${timing.httpWarmupMs} ms warm-up; held locks ${timing.heldLocks.toLocaleString('en-US')}; growth ${timing.growthCycles.toLocaleString('en-US')} cycles. Lease (ttl) 10 s unless stated.`,
       'Each scenario ends with the CPU it saw: this process, the bench’s redis-servers, and other processes on the machine (anything above ~0.1 core there means the figures were taken on a shared, busy machine).',
       `GC: ${typeof (globalThis as { gc?: unknown }).gc === 'function' ? '--expose-gc' : 'switched on at run time (v8.setFlagsFromString)'}; a full GC before each measurement.`,
     ],

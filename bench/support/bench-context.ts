@@ -38,7 +38,7 @@ export const FULL_TIMING: BenchTiming = {
   handoffMeasureMs: 3000,
   growthCycles: 1_000_000,
   heldLocks: 10_000,
-  httpRounds: 3,
+  httpRounds: 5,
   httpWarmupMs: 1000,
   httpMeasureMs: 1500,
 };
