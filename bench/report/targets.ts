@@ -36,7 +36,15 @@ export interface Headlines {
     bestDefaults?: { rate: number; rateLabel: string; p99: number; p99Label: string };
     bestTuned?: { rate: number; rateLabel: string; p99: number; p99Label: string };
   }[];
-  fencing?: { nodes: number; on?: number; off?: number; onCpu?: number; offCpu?: number }[];
+  fencing?: {
+    nodes: number;
+    on?: number;
+    off?: number;
+    onCpu?: number;
+    offCpu?: number;
+    /** Median over rounds of on / off, each pair measured back to back. */
+    paired?: number;
+  }[];
   http?: {
     nodes: number;
     platform: string;
@@ -48,6 +56,8 @@ export interface Headlines {
     hot?: number;
     plainP99?: number;
     lockedP99?: number;
+    /** Median over rounds of locked / plain, each pair measured back to back. */
+    paired?: number;
   }[];
   memory?: {
     nodes: number;
@@ -63,6 +73,9 @@ export interface Headlines {
 const ok = (v: number | undefined): v is number => v !== undefined && Number.isFinite(v);
 const x = (v: number) => `${v.toFixed(2)}×`;
 const pct = (v: number) => `${Math.round(v * 100)} %`;
+/** The cost again as the median of rounds measured back to back (see pairedRatio). */
+const pairedNote = (ratio: number | undefined) =>
+  ok(ratio) ? `; median of paired rounds ${pct(1 - ratio)}` : '';
 const k = (v: number) => (v >= 10_000 ? `${(v / 1000).toFixed(1)}k` : formatRate(v));
 
 /** A ratio that must be at least `needed`. */
@@ -156,7 +169,7 @@ export function renderTargets(h: Headlines): string | undefined {
       `Fencing cost, ${f.nodes} node${f.nodes > 1 ? 's' : ''}: uncontended cycles/s lost`,
       '≤ 10 %',
       ok(cost) && ok(f.on) && ok(f.off)
-        ? `${pct(cost)} (${k(f.on)} on vs ${k(f.off)} off${ok(cpuCost) ? `; CPU per cycle +${pct(cpuCost)}` : ''})`
+        ? `${pct(cost)} (${k(f.on)} on vs ${k(f.off)} off${ok(cpuCost) ? `; CPU per cycle +${pct(cpuCost)}` : ''}${pairedNote(f.paired)})`
         : '–',
       costAtMost(cost, 0.1),
     ]);
@@ -167,7 +180,7 @@ export function renderTargets(h: Headlines): string | undefined {
       `@Locked cost, 1 node, ${r.platform}: requests/s lost vs the unlocked endpoint`,
       '≤ 15 %',
       ok(cost) && ok(r.plain) && ok(r.locked)
-        ? `${pct(cost)} (${formatRate(r.locked)} vs ${formatRate(r.plain)} req/s)`
+        ? `${pct(cost)} (${formatRate(r.locked)} vs ${formatRate(r.plain)} req/s${pairedNote(r.paired)})`
         : '–',
       costAtMost(cost, 0.15),
     ]);

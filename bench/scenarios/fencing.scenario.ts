@@ -1,6 +1,6 @@
 import { OURS, OURS_NO_FENCING } from '../contenders/index.js';
 import type { BenchContext } from '../support/bench-context.js';
-import { formatMs, formatRate, formatRatio } from '../support/format.js';
+import { formatMs, formatRate, formatRatio, pairedRatio } from '../support/format.js';
 import { HEADLINES, type Headlines } from '../report/targets.js';
 import type { ReportTable, Scenario, ScenarioResult } from './scenario.js';
 import {
@@ -32,6 +32,7 @@ export const fencingScenario: Scenario = {
       off: off.error ? undefined : off.rate,
       onCpu: on.error ? undefined : on.clientCpu + on.redisCpu,
       offCpu: off.error ? undefined : off.clientCpu + off.redisCpu,
+      paired: on.error || off.error ? undefined : pairedRatio(on.rates, off.rates),
     }));
     context.shared.set(HEADLINES, headlines);
     const floors = context.shared.get(FLOORS_KEY) as Floors | undefined;

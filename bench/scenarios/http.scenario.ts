@@ -2,7 +2,7 @@ import autocannon from 'autocannon';
 import { HEADLINES, type Headlines } from '../report/targets.js';
 import type { BenchContext } from '../support/bench-context.js';
 import { processTicks, TICKS_PER_SECOND } from '../support/cpu-account.js';
-import { formatMs, formatRate, formatRatio } from '../support/format.js';
+import { formatMs, formatRate, formatRatio, pairedRatio } from '../support/format.js';
 import { startHttpApp, type HttpApp, type HttpPlatform } from '../support/http-app.js';
 import { LatencyRecorder, type LatencySummary } from '../support/latency.js';
 import type { ChartPanel, ReportTable, Scenario, ScenarioResult } from './scenario.js';
@@ -340,6 +340,10 @@ export const httpScenario: Scenario = {
         hot: find(n, platform, 'hot')?.rate,
         plainP99: find(n, platform, 'plain')?.latency.p99,
         lockedP99: find(n, platform, 'locked')?.latency.p99,
+        paired: pairedRatio(
+          find(n, platform, 'locked')?.rates ?? [],
+          find(n, platform, 'plain')?.rates ?? [],
+        ),
       })),
     );
     context.shared.set(HEADLINES, headlines);

@@ -31,3 +31,20 @@ export function formatBytes(bytes: number): string {
 export function formatCount(value: number): string {
   return value.toLocaleString('en-US');
 }
+
+/**
+ * The median over rounds of `a[i] / b[i]`, for two contenders measured back
+ * to back in every round: a round that ran slow for both (load from outside
+ * the bench) cancels out, where best round against best round may compare
+ * rounds taken under different conditions. Undefined without a pair.
+ */
+export function pairedRatio(a: readonly number[], b: readonly number[]): number | undefined {
+  const ratios = a
+    .slice(0, b.length)
+    .map((value, i) => value / b[i])
+    .filter((ratio) => Number.isFinite(ratio))
+    .sort((x, y) => x - y);
+  if (ratios.length === 0) return undefined;
+  const mid = ratios.length >> 1;
+  return ratios.length % 2 === 1 ? ratios[mid] : (ratios[mid - 1] + ratios[mid]) / 2;
+}
