@@ -1,6 +1,6 @@
 import { once } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
+import { Cluster, Redis, ReplyError, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { runBySlot } from './cluster-scripts.js';
 import { BATCH, BATCHABLE, type LuaScript } from './lua-scripts.js';
 import {
@@ -69,6 +69,11 @@ interface PendingCall {
   readonly args: readonly (string | number)[];
   resolve(reply: unknown): void;
   reject(error: unknown): void;
+}
+
+/** A call's failure in a {@link BATCH} reply: `{"err": message}`. */
+function isErrorReply(reply: unknown): reply is { err: string } {
+  return typeof reply === 'object' && reply !== null && !Array.isArray(reply);
 }
 
 /** Where each lock script stands in {@link BATCH} (Lua counts from 1). */
@@ -283,10 +288,17 @@ export class LockNode {
       list.push([BATCH_INDEX.get(call.script)!, call.keys.length, call.args.map(String)]);
     }
     this.runInSlot(BATCH, keys, [JSON.stringify(list)]).then(
-      (replies) => {
+      (encoded) => {
+        let replies: unknown[];
+        try {
+          replies = JSON.parse(encoded as string) as unknown[];
+        } catch (error) {
+          for (const call of calls) call.reject(error);
+          return;
+        }
         calls.forEach((call, k) => {
-          const reply = (replies as unknown[])[k];
-          if (reply instanceof Error) call.reject(reply);
+          const reply = replies[k];
+          if (isErrorReply(reply)) call.reject(new ReplyError(reply.err));
           else call.resolve(reply);
         });
       },

@@ -287,13 +287,35 @@ export const BATCHABLE: readonly LuaScript[] = [ACQUIRE, RELEASE, EXTEND, FENCE_
  * pays for each argument of a command (ioredis about 0.15 µs), and Redis
  * decodes the JSON in C (cjson) about as fast as it reads separate
  * arguments.
- * Returns one reply per call; an error reply stands where a call failed.
+ * Returns the replies as one JSON array, one element per call: what the
+ * script returned (numbers, arrays of them; null for nil) or, where a call
+ * failed, {"err": message}. One string instead of nested replies: ioredis
+ * spends about 0.5 µs on each element of a nested reply, JSON.parse a
+ * fraction of that. Integers are written with %d, exact up to 2^63 (cjson
+ * would round them to 14 digits, and fencing tokens have 16).
  */
 export const BATCH = script(
   'batch',
   `local scripts = {
 ${BATCHABLE.map((s) => `function(KEYS, ARGV)\n${s.body}\nend`).join(',\n')}
 }
+local function encode(value)
+  local kind = type(value)
+  if kind == 'number' then
+    if value % 1 == 0 then return string.format('%d', value) end
+    return string.format('%.17g', value)
+  elseif kind == 'table' then
+    if value.err then return cjson.encode({ err = tostring(value.err) }) end
+    local items = {}
+    for j = 1, #value do items[j] = encode(value[j]) end
+    return '[' .. table.concat(items, ',') .. ']'
+  elseif kind == 'string' then
+    return cjson.encode(value)
+  elseif value == true then
+    return '1'
+  end
+  return 'null'
+end
 local calls, out, k = cjson.decode(ARGV[1]), {}, 0
 for i = 1, #calls do
   local call, keys = calls[i], {}
@@ -301,13 +323,13 @@ for i = 1, #calls do
   k = k + call[2]
   local ok, reply = pcall(scripts[call[1]], keys, call[3])
   if ok then
-    out[i] = reply or false
+    out[i] = encode(reply)
   elseif type(reply) == 'table' and reply.err then
-    out[i] = reply
+    out[i] = encode(reply)
   else
-    out[i] = { err = tostring(reply) }
+    out[i] = encode({ err = tostring(reply) })
   end
 end
-return out`,
+return '[' .. table.concat(out, ',') .. ']'`,
   LINE_LUA,
 );

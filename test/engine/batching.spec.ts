@@ -111,6 +111,18 @@ describe('concurrent lock calls on one node', () => {
     );
   });
 
+  it('hand every caller its 16-digit fencing token exactly', async () => {
+    // Tokens may grow to 2^53 - 1; the batch's reply must not round them (as %.14g would).
+    const start = 9_007_199_254_740_000;
+    await admin.set('lock:fence', String(start));
+    const resources = Array.from({ length: 8 }, () => unique('digits'));
+    const locks = await Promise.all(resources.map((r) => engine.tryAcquire(r)));
+    expect(await scriptCalls(admin)).toBe(1);
+    expect(locks.map((l) => l.token)).toEqual(resources.map((_, i) => start + i + 1));
+    expect(await admin.get('lock:fence')).toBe(String(start + resources.length));
+    await Promise.all(locks.map((l) => l.release()));
+  });
+
   it('run in the order they were made: a release followed by an acquire of the same key grants it', async () => {
     const resource = unique('order');
     const first = await engine.tryAcquire(resource);
