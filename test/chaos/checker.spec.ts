@@ -102,6 +102,15 @@ describe('chaos checker', () => {
     expect(kinds(h)).toEqual({ overlap: 1 });
     h.op('c1', 'extend', 'r', 300, 301, 'ok', { lock: first }, { validUntil: 700 });
     expect(check({ events: h.events }).violations.map((v) => v.kind)).toEqual(['overlap']);
+    // The report carries what a CI log needs to diagnose it: both grants and the faults between.
+    const pause = { kind: 'pause-client', target: 'c1', start: 320, end: 340 };
+    const [overlap] = check({ events: h.events, faults: [pause] }).violations;
+    expect(overlap.details).toMatch(
+      /^c1#\d+: invoked \+0\.0, granted .*extend at \+205\.0 to \+605\.0/,
+    );
+    expect(overlap.details).toMatch(
+      /; c2#\d+: invoked \+250\.0.*faults meanwhile: pause-client c1 \+225\.0\.\.\+245\.0$/,
+    );
     const clean = new History();
     clean.hold('c1', 'r', 1, 100, 1000);
     clean.hold('c2', 'r', 2, 450, 460);

@@ -38,6 +38,8 @@ export interface Violation {
   readonly kind: string;
   readonly resource?: string;
   readonly message: string;
+  /** What it takes to diagnose it from a CI log (overlaps: both grants' times and the faults). */
+  readonly details?: string;
 }
 
 export interface ClientFate {
@@ -123,6 +125,12 @@ interface Grant {
   readonly at: number;
   /** Grant to release call, cut at the last known validity. */
   end: number;
+  /** The last known validity (the grant's, or a later extension's). */
+  validUntil: number;
+  /** When the release was called, if it was. */
+  releasedAt?: number;
+  /** Extensions that succeeded: when each was called, and the validity it gave. */
+  readonly extensions: { readonly at: number; readonly validUntil: number }[];
 }
 
 function grantsOf(ops: readonly Operation[]): Grant[] {
@@ -137,6 +145,8 @@ function grantsOf(ops: readonly Operation[]): Grant[] {
       invoked: invoke.time,
       at: end.time,
       end: end.validUntil ?? end.time,
+      validUntil: end.validUntil ?? end.time,
+      extensions: [],
     });
   }
   // Extensions move the validity; the release call ends the holding.
@@ -147,6 +157,8 @@ function grantsOf(ops: readonly Operation[]): Grant[] {
     if (!grant) continue;
     if (invoke.op === 'extend' && outcome === 'ok' && end?.validUntil !== undefined) {
       grant.end = Math.max(grant.end, end.validUntil);
+      grant.validUntil = grant.end;
+      grant.extensions.push({ at: invoke.time, validUntil: end.validUntil });
     } else if (invoke.op === 'release') {
       released.set(`${invoke.client}/${invoke.lock}`, invoke.time);
     }
@@ -154,6 +166,7 @@ function grantsOf(ops: readonly Operation[]): Grant[] {
   for (const [key, at] of released) {
     const grant = grants.get(key)!;
     grant.end = Math.min(grant.end, at);
+    grant.releasedAt = at;
   }
   return [...grants.values()];
 }
@@ -167,7 +180,33 @@ const nameOf = (g: Grant) => `${g.client}#${g.acquire}`;
  * may come late, after a pause, but never before the grant); and no grant
  * while another holding is still valid.
  */
-function checkGrants(grants: readonly Grant[], violations: Violation[]): void {
+/**
+ * What an overlap report needs to be diagnosed from CI output alone: both
+ * grants' times (ms from the earlier one's invocation) and the faults that
+ * overlapped them.
+ */
+function overlapDetails(earlier: Grant, later: Grant, faults: readonly FaultEvent[]): string {
+  const t0 = earlier.invoked;
+  const ms = (t: number | undefined) => (t === undefined ? '–' : `+${(t - t0).toFixed(1)}`);
+  const describe = (g: Grant) =>
+    `${nameOf(g)}: invoked ${ms(g.invoked)}, granted ${ms(g.at)}, token ${g.token}, ` +
+    `valid until ${ms(g.validUntil)}${g.extensions.map((e) => ` (extend at ${ms(e.at)} to ${ms(e.validUntil)})`).join('')}, ` +
+    `released ${ms(g.releasedAt)}`;
+  const from = Math.min(earlier.invoked, later.invoked);
+  const to = Math.max(earlier.end, later.at);
+  const during = faults
+    .filter((f) => f.start <= to && (f.end ?? Infinity) >= from)
+    .map(
+      (f) => `${f.kind} ${f.target}${f.note ? ` (${f.note})` : ''} ${ms(f.start)}..${ms(f.end)}`,
+    );
+  return `${describe(earlier)}; ${describe(later)}; faults meanwhile: ${during.join(', ') || 'none'}`;
+}
+
+function checkGrants(
+  grants: readonly Grant[],
+  violations: Violation[],
+  faults: readonly FaultEvent[],
+): void {
   const byResource = new Map<string, Grant[]>();
   for (const g of grants) {
     const list = byResource.get(g.resource) ?? [];
@@ -221,6 +260,7 @@ function checkGrants(grants: readonly Grant[], violations: Violation[]): void {
           kind: 'overlap',
           resource,
           message: `${nameOf(g)} was granted ${(latest.end - g.at).toFixed(1)} ms before ${nameOf(latest)}'s holding ended`,
+          details: overlapDetails(latest, g, faults),
         });
       }
       if (!latest || g.end > latest.end) latest = g;
@@ -355,7 +395,7 @@ export function check(input: CheckInput): CheckResult {
   }
 
   const grants = grantsOf(ops);
-  checkGrants(grants, violations);
+  checkGrants(grants, violations, faults);
   let refusedWrites = 0;
   for (const store of input.stores ?? [])
     refusedWrites += checkStore(store, ops, grants, violations);
