@@ -190,9 +190,10 @@ export class LockAdmin {
    * highest value any node has for it, and each node's own counter
    * (`fenceCounter: 'node'`; not on a cluster) to the highest of those: the
    * procedure for a node that lost its data, before it serves locks again.
-   * `ttl` is the lifetime in ms of the resources' counters (0: none). Returns how many counters were raised, per node label. Every
-   * node must answer: a node left out would keep its low counters, so this
-   * throws instead, naming it.
+   * `ttl` is the lifetime in ms of the resources' counters (0: none).
+   * Returns how many counters were raised, per node label. Every node must
+   * answer: a node left out would keep its low counters, so this throws
+   * instead, naming it.
    */
   async reseedFences(ttl: number, pattern = '*'): Promise<Record<string, number>> {
     const match = `${escapeGlob(this.keyPrefix)}{${pattern}}:fence`;

@@ -322,13 +322,9 @@ for i = 1, #calls do
   for j = 1, call[2] do keys[j] = KEYS[k + j] end
   k = k + call[2]
   local ok, reply = pcall(scripts[call[1]], keys, call[3])
-  if ok then
-    out[i] = encode(reply)
-  elseif type(reply) == 'table' and reply.err then
-    out[i] = encode(reply)
-  else
-    out[i] = encode({ err = tostring(reply) })
-  end
+  -- A Redis error arrives as {err = ...}; any other failure (a Lua error) as a message.
+  if not ok and not (type(reply) == 'table' and reply.err) then reply = { err = tostring(reply) } end
+  out[i] = encode(reply)
 end
 return '[' .. table.concat(out, ',') .. ']'`,
   LINE_LUA,

@@ -19,11 +19,7 @@ export class WaitQueues {
    * Joins the queue of these keys (`id` names the key set), ranked by
    * `arrival`: when the acquisition began, in epoch ms, as the nodes rank it.
    */
-  join(
-    id: string,
-    keys: readonly string[],
-    arrival = performance.timeOrigin + performance.now(),
-  ): Ticket {
+  join(id: string, keys: readonly string[], arrival: number): Ticket {
     let queue = this.queues.get(id);
     if (!queue) {
       queue = new WaitQueue(id, keys, this);

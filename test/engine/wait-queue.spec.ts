@@ -10,8 +10,8 @@ const FAR = () => performance.now() + 60_000;
 describe('wait queues', () => {
   it('lets a head whose delay is 0 ask at once, not after a timer’s shortest delay', async () => {
     const queues = new WaitQueues();
-    const first = queues.join('k', ['k']);
-    const second = queues.join('k', ['k']);
+    const first = queues.join('k', ['k'], 1);
+    const second = queues.join('k', ['k'], 2);
     const waiting = second.wait(0, FAR(), undefined);
     first.leave(true);
     // A timer, even of 0 ms, would fire after this immediate; the promoted head must not need one.
@@ -25,8 +25,8 @@ describe('wait queues', () => {
 
   it('keeps a waiter behind the head waiting until the head leaves, then wakes it on the next release', async () => {
     const queues = new WaitQueues();
-    const first = queues.join('k', ['k']);
-    const second = queues.join('k', ['k']);
+    const first = queues.join('k', ['k'], 1);
+    const second = queues.join('k', ['k'], 2);
     let asked = false;
     const waiting = second.wait(5000, FAR(), undefined).then(() => (asked = true));
     queues.released('k');
