@@ -294,6 +294,30 @@ try {
 }
 `;
 
+/**
+ * A CommonJS consumer in plain JavaScript: `require()`s each entry point named
+ * on the command line, then `import()`s it, and prints per entry point the
+ * names each way gave and whether both gave the very same objects (one module
+ * instance, so classes used as DI tokens and in instanceof checks match).
+ */
+const REQUIRE_ALL = `'use strict';
+const entries = JSON.parse(process.argv[2]);
+(async () => {
+  const out = {};
+  for (const entry of entries) {
+    const required = require(entry);
+    const imported = await import(entry);
+    const names = (m) => Object.keys(m).filter((n) => n !== 'default' && m[n] !== undefined).sort();
+    out[entry] = {
+      required: names(required),
+      imported: names(imported),
+      same: names(imported).every((n) => required[n] === imported[n]),
+    };
+  }
+  process.stdout.write(JSON.stringify(out));
+})();
+`;
+
 // --- The specification --------------------------------------------------------
 
 describe('the npm package: packed, then installed in a fresh Nest 12 app', () => {
@@ -480,6 +504,9 @@ describe('the npm package: packed, then installed in a fresh Nest 12 app', () =>
         '@nestjs/common',
         '@nestjs/core',
         '@nestjs/platform-express',
+        // The optional peers of nestjs-redis-lock/health and /telemetry, so every entry point loads.
+        '@nestjs/terminus',
+        '@opentelemetry/api',
         'ioredis',
         'reflect-metadata',
         'rxjs',
@@ -549,6 +576,38 @@ describe('the npm package: packed, then installed in a fresh Nest 12 app', () =>
         deepImport: 'ERR_PACKAGE_PATH_NOT_EXPORTED',
       });
       expect(paidAgain.token).toBeGreaterThan(paid.token);
+    });
+
+    it('loads every entry point with require() from CommonJS, as the same modules an import gets', async () => {
+      // Every entry point but ./package.json, which import() would want as JSON (with a type attribute).
+      const entries = Object.keys(manifest.exports ?? {})
+        .filter((subpath) => subpath !== './package.json')
+        .map((subpath) => posix.join(manifest.name, subpath));
+      expect(entries.length).toBeGreaterThanOrEqual(4);
+      await writeFile(join(app, 'require-all.cjs'), REQUIRE_ALL);
+      const result = await mustRun(
+        'the CommonJS consumer',
+        process.execPath,
+        ['require-all.cjs', JSON.stringify(entries)],
+        app,
+        20_000,
+      );
+      const loaded = JSON.parse(result.stdout) as Record<
+        string,
+        { required: string[]; imported: string[]; same: boolean }
+      >;
+      expect(Object.keys(loaded).sort()).toEqual([...entries].sort());
+      for (const entry of entries) {
+        const { required, imported, same } = loaded[entry]!;
+        expect({ entry, required }).toEqual({ entry, required: imported });
+        expect({ entry, same }).toEqual({ entry, same: true });
+      }
+      // The root entry point: every export a CommonJS app gets is a real one, not undefined.
+      expect(loaded['nestjs-redis-lock']!.required).toEqual(
+        expect.arrayContaining(['LockService', 'Locked', 'RedisLockModule', 'LockBusyError']),
+      );
+      // No experimental warning for require() of an ES module installed under node_modules.
+      expect(result.stderr).toBe('');
     });
 
     it('installs the nestjs-redis-lock command, which runs with plain node against a real node', async () => {
