@@ -1,0 +1,91 @@
+import {
+  FencedSql,
+  type FencedRow,
+  type FencedTableOptions,
+  type FencedWriteOptions,
+  type RowKey,
+  type SqlStatement,
+} from './fenced-sql.js';
+
+/**
+ * What the SQLite adapter needs of a `better-sqlite3` `Database`. Typed by
+ * shape, so this package needs no types of better-sqlite3 and never loads it.
+ */
+export interface SqliteDatabase {
+  prepare(source: string): { all(...params: unknown[]): unknown[] };
+}
+
+/**
+ * Fenced rows of an SQLite table through better-sqlite3, synchronous like
+ * the driver: the calls compose inside `db.transaction(...)`, so a fenced
+ * write and the rows that go with it commit together.
+ *
+ * ```ts
+ * const products = sqliteFence<Product>(db, { table: 'products' });
+ * const product = products.claim({ id: 7 }, lock.token!);
+ * await charge(); // the lock's work; no transaction stays open meanwhile
+ * products.write({ id: 7 }, lock.token!, { stock: product.stock - 1 });
+ * ```
+ *
+ * Needs SQLite 3.35 or later (`RETURNING`); better-sqlite3 ships a newer one.
+ */
+export function sqliteFence<R extends FencedRow = FencedRow>(
+  db: SqliteDatabase,
+  options: FencedTableOptions,
+): SqliteFencedTable<R> {
+  return new SqliteFencedTable<R>(db, new FencedSql('sqlite', options));
+}
+
+/** The synchronous counterpart of {@link FencedTable}, for better-sqlite3. */
+export class SqliteFencedTable<R extends FencedRow = FencedRow> {
+  private checked = false;
+  private readonly statements = new Map<string, { all(...params: unknown[]): unknown[] }>();
+
+  constructor(
+    private readonly db: SqliteDatabase,
+    private readonly sql: FencedSql,
+  ) {}
+
+  /** Checks that the token column exists and holds integers; done before the first statement. */
+  verify(): void {
+    if (this.checked) return;
+    this.sql.checkColumnType(this.run(this.sql.columnType()));
+    this.checked = true;
+  }
+
+  /** Reads the row and claims it with `token` in one statement; see {@link FencedTable.claim}. */
+  claim(key: RowKey, token: number): R {
+    const statement = this.sql.claim(key, token);
+    this.verify();
+    const rows = this.run(statement);
+    if (rows.length > 0) return this.sql.accepted(rows, key) as R;
+    throw this.sql.refusal('claim', key, token, this.run(this.sql.inspect(key)), undefined);
+  }
+
+  /** Writes where the row still carries `token`; see {@link FencedTable.write}. */
+  write(key: RowKey, token: number, values: Partial<R>, options?: FencedWriteOptions<R>): R {
+    const expect = options?.expect as FencedRow | undefined;
+    const statement = this.sql.write(key, token, values, expect);
+    this.verify();
+    const rows = this.run(statement);
+    if (rows.length > 0) return this.sql.accepted(rows, key) as R;
+    const found = this.run(this.sql.inspect(key, Object.keys(expect ?? {})));
+    throw this.sql.refusal('write', key, token, found, expect);
+  }
+
+  /** Claim, compute, write, synchronously; see {@link FencedTable.update}. */
+  update(key: RowKey, token: number, change: (row: R) => Partial<R>): R {
+    const row = this.claim(key, token);
+    return this.write(key, token, change(row));
+  }
+
+  private run({ sql, params }: SqlStatement): FencedRow[] {
+    let prepared = this.statements.get(sql);
+    if (!prepared) {
+      prepared = this.db.prepare(sql);
+      // The statements differ only by the columns written: a handful per table.
+      if (this.statements.size < 64) this.statements.set(sql, prepared);
+    }
+    return prepared.all(...params) as FencedRow[];
+  }
+}
