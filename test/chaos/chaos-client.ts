@@ -5,7 +5,8 @@
  *
  * ```sh
  * node --import tsx test/chaos/chaos-client.ts --id c1 --engine lib/engine/index.ts \
- *   --nodes redis://127.0.0.1:7001,... --store redis://127.0.0.1:7100 --sqlite /tmp/x/store.db
+ *   --nodes redis://127.0.0.1:7001,... --store redis://127.0.0.1:7100 --sqlite /tmp/x/store.db \
+ *   --seed 42 --clock-origin 123456789
  * ```
  *
  * `--engine` names the engine module to load: the real one, or a patched copy
@@ -21,12 +22,14 @@ import type { Lock } from '../../lib/engine/index.js';
 import {
   absolute,
   now,
+  setClockOrigin,
   type ClientCommand,
   type ClientMessage,
   type OpEvent,
   type OpName,
   type SectionOptions,
 } from './history.js';
+import { derivedSeed, random } from './seeded.js';
 import { RedisFencedStore, SqliteFencedStore } from './stores.js';
 
 type EngineModule = typeof import('../../lib/engine/index.js');
@@ -43,6 +46,8 @@ const { values } = parseArgs({
     'node-timeout': { type: 'string', default: '100' },
     'fence-ttl': { type: 'string', default: '0' },
     'fence-counter': { type: 'string', default: 'node' },
+    seed: { type: 'string', default: '1' },
+    'clock-origin': { type: 'string' },
   },
 });
 if (!values.id || !values.engine || !values.nodes || !values.store || !values.sqlite) {
@@ -51,6 +56,9 @@ if (!values.id || !values.engine || !values.nodes || !values.store || !values.sq
   );
 }
 const CLIENT = values.id;
+const SEED = Number(values.seed);
+// Before the first event: every time this process records is on the harness's time line.
+if (values['clock-origin']) setClockOrigin(BigInt(values['clock-origin']));
 const TTL = Number(values.ttl);
 const WAIT = Number(values['wait-timeout']);
 /** Beyond its wait, an acquisition may take one more attempt and its fencing round. */
@@ -330,16 +338,21 @@ async function loop(
   resources: readonly string[],
   extendEvery: number,
 ): Promise<void> {
+  // Each worker draws from its own generator, so its choices replay whatever the others do.
+  const next = random(derivedSeed(SEED, worker));
+  const pick = (n: number) => Math.floor(next() * n);
   for (let i = 1; !stopping; i++) {
-    const resource = resources[Math.floor(Math.random() * resources.length)];
+    const resource = resources[pick(resources.length)];
     // Now and then a section outlives its lease and relies on automatic extension.
     const long = extendEvery > 0 && i % extendEvery === 0;
+    const hold = pick(4);
+    const pause = pick(5);
     await section(worker, {
       resource,
       autoExtend: long,
-      holdMs: long ? Math.round(TTL * 1.5) : Math.floor(Math.random() * 4),
+      holdMs: long ? Math.round(TTL * 1.5) : hold,
     });
-    await sleep(Math.floor(Math.random() * 5));
+    await sleep(pause);
   }
 }
 

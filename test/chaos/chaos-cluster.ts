@@ -9,7 +9,7 @@
  * and `finish()` hands the whole history to the checker together with what
  * the stores kept and what the nodes still hold.
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { EventEmitter, once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -27,22 +27,26 @@ import {
 } from '../support/redis-nodes.js';
 import { engineReady } from '../support/engine-ready.js';
 import { check, operations, type CheckResult, type ClientFate } from './checker.js';
+import { buildClockShim, shiftedClockEnv } from './clock-shim.js';
 import type { EngineBuild } from './engine-variants.js';
 import { FaultProxy, PASS, type Fault } from './fault-proxy.js';
 import {
+  clockOrigin,
   now,
+  WallClockWatch,
   type ClientCommand,
   type ClientMessage,
   type FaultEvent,
   type NodeResidue,
   type OpEvent,
   type SectionOptions,
+  type WallClockStep,
 } from './history.js';
+import { derivedSeed } from './seeded.js';
 import { RedisFencedStore, SqliteFencedStore } from './stores.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const clientScript = fileURLToPath(new URL('./chaos-client.ts', import.meta.url));
-const shimSource = fileURLToPath(new URL('./clock-shift.c', import.meta.url));
 
 /** The clients' lease unless told otherwise, in ms: short, so that faults outlast it. */
 const DEFAULT_TTL = 300;
@@ -334,11 +338,15 @@ export class ChaosClient {
 export interface ClusterOptions {
   /** Indices of nodes started with the clock-shift shim, whose wall clock can jump. */
   readonly clockShifted?: readonly number[];
+  /** What the clients' choices follow (each client gets its own seed from it). Default 1. */
+  readonly seed?: number;
 }
 
 export interface Finished {
   readonly result: CheckResult;
   readonly seconds: number;
+  /** Steps of the host's wall clock seen during the run. */
+  readonly wallClockSteps: readonly WallClockStep[];
 }
 
 /** Five nodes behind five proxies, the stores, the clients and the history. */
@@ -352,6 +360,7 @@ export class ChaosCluster extends EventEmitter {
   private readonly proxyFaults = new Map<number, FaultEvent>();
   private readonly nodeFaults = new Map<string, FaultEvent>();
   private readonly shiftFiles = new Map<number, string>();
+  private readonly wallClock = new WallClockWatch();
   private run = 0;
   private started = now();
   private clientCount = 0;
@@ -366,6 +375,7 @@ export class ChaosCluster extends EventEmitter {
     readonly nodes: RedisNodeProcess[],
     readonly proxies: FaultProxy[],
     readonly store: RedisNodeProcess,
+    private readonly seed: number,
   ) {
     super();
     this.setMaxListeners(100);
@@ -383,9 +393,8 @@ export class ChaosCluster extends EventEmitter {
       const starts = Array.from({ length: 5 }, (_, i) => {
         if (!shim || !shifted.includes(i)) return RedisNodeProcess.start();
         const file = join(dir, `clock-shift-${i}`);
-        writeFileSync(file, '0');
         shiftFiles.set(i, file);
-        return RedisNodeProcess.start({ env: { LD_PRELOAD: shim, CLOCK_SHIFT_FILE: file } });
+        return RedisNodeProcess.start({ env: shiftedClockEnv(shim, file) });
       });
       starts.push(RedisNodeProcess.start());
       const settled = await Promise.allSettled(starts);
@@ -394,7 +403,7 @@ export class ChaosCluster extends EventEmitter {
       if (failure) throw failure.reason;
       const store = nodes.pop()!;
       for (const node of nodes) proxies.push(await FaultProxy.start(node.port));
-      cluster = new ChaosCluster(dir, nodes, proxies, store);
+      cluster = new ChaosCluster(dir, nodes, proxies, store, options.seed ?? 1);
       for (const [i, file] of shiftFiles) cluster.shiftFiles.set(i, file);
       cluster.admin = new LockEngine({
         nodes: nodes.map((n) => n.url),
@@ -441,6 +450,7 @@ export class ChaosCluster extends EventEmitter {
     this.faults = [];
     this.maxLease = 0;
     this.started = now();
+    this.wallClock.start();
   }
 
   async startClient(options: ClientOptions): Promise<ChaosClient> {
@@ -473,6 +483,10 @@ export class ChaosCluster extends EventEmitter {
       String(options.fenceCounterTtl ?? 0),
       '--fence-counter',
       options.fenceCounter ?? 'node',
+      '--seed',
+      String(derivedSeed(this.seed, id)),
+      '--clock-origin',
+      String(clockOrigin()),
     ]);
     const child = spawn(command, args, { cwd: root, env, stdio: ['pipe', 'pipe', 'pipe'] });
     const client = new ChaosClient(this, id, child);
@@ -661,6 +675,7 @@ export class ChaosCluster extends EventEmitter {
     this.disarm();
     await this.heal();
     await Promise.all(this.clients.map((c) => c.stop()));
+    this.wallClock.stop();
     for (const f of this.faults) f.end ??= now();
     const residue = await this.residue();
     await Promise.all(this.clients.map((c) => c.exit()));
@@ -679,7 +694,11 @@ export class ChaosCluster extends EventEmitter {
       control: redis.control,
       residue,
     });
-    return { result, seconds: (now() - this.started) / 1000 };
+    return {
+      result,
+      seconds: (now() - this.started) / 1000,
+      wallClockSteps: [...this.wallClock.steps],
+    };
   }
 
   /** @internal The longest lease asked for in this run, for the residue check. */
@@ -715,6 +734,7 @@ export class ChaosCluster extends EventEmitter {
 
   /** Kills every client, stops every node and proxy, removes the temp dir. */
   async stop(): Promise<void> {
+    this.wallClock.stop();
     await Promise.all(this.clients.map((c) => c.kill()));
     await this.admin?.close().catch(() => undefined);
     this.storeClient?.disconnect();
@@ -759,19 +779,4 @@ async function lockSubscribers(client: Redis): Promise<number> {
     if (channels.length === 0 || performance.now() > deadline) return channels.length;
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
-}
-
-/** Compiles the clock-shift shim (clock-shift.c) into `dir`; returns the library's path. */
-function buildClockShim(dir: string): string {
-  const library = join(dir, 'libclockshift.so');
-  try {
-    execFileSync('cc', ['-shared', '-fPIC', '-O2', '-std=gnu11', '-o', library, shimSource], {
-      stdio: 'pipe',
-    });
-  } catch (error) {
-    throw new Error(
-      `could not compile test/chaos/clock-shift.c with cc (the C toolchain node-gyp uses): ${(error as Error).message}`,
-    );
-  }
-  return library;
 }

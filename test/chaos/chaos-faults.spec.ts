@@ -36,8 +36,8 @@ beforeEach(() => cluster.reset(), 30_000);
 
 /** Checks the run, records its figures and returns the result. */
 async function finish(run: string, build = 'real'): Promise<CheckResult> {
-  const { result, seconds } = await cluster.finish();
-  figures.push(figureRow(run, build, result, seconds));
+  const { result, seconds, wallClockSteps } = await cluster.finish();
+  figures.push(figureRow(run, build, result, seconds, wallClockSteps));
   return result;
 }
 

@@ -11,10 +11,10 @@
  *    counter missed the first phase.
  * 2. Nemesis: three clients with two workers each contend for three
  *    resources while faults strike in a random order with random targets
- *    (seed printed; CHAOS_SEED replays one): a holder paused past its lease,
- *    a client killed, a node killed and restarted, a node paused, two nodes
- *    blackholed, replies delayed past the lease, a one-way node, dropped
- *    connections.
+ *    (seed printed; CHAOS_SEED replays one, the clients' choices included):
+ *    a holder paused past its lease, a client killed, a node killed and
+ *    restarted, a node paused, two nodes blackholed, replies delayed past
+ *    the lease, a one-way node, dropped connections.
  *
  * The real engine gets ROUNDS rounds of the nemesis (CHAOS_SOAK=1: as many
  * as fit in CHAOS_SOAK_SECONDS, default 300), each broken build one.
@@ -26,6 +26,7 @@ import { type CheckResult, violationCounts } from './checker.js';
 import { buildEngine, type EngineBuild, type EngineVariant } from './engine-variants.js';
 import { PASS, type Fault } from './fault-proxy.js';
 import { figureRow, reportFigures, type FigureRow } from './figures.js';
+import { random } from './seeded.js';
 
 const TTL = 300;
 const SEED = Number(process.env.CHAOS_SEED ?? Date.now() % 1_000_000);
@@ -38,24 +39,12 @@ const ROUNDS = 4;
 /** Rounds against each broken build: the rotation alone catches them; one round shows faults on top. */
 const BROKEN_ROUNDS = 1;
 
-/** A small seeded generator (mulberry32), so a failing run can be replayed with CHAOS_SEED. */
-function random(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 let cluster: ChaosCluster;
 const builds: EngineBuild[] = [];
 const figures: FigureRow[] = [];
 
 beforeAll(async () => {
-  cluster = await ChaosCluster.start();
+  cluster = await ChaosCluster.start({ seed: SEED });
 }, 60_000);
 afterAll(async () => {
   await cluster?.stop();
@@ -218,9 +207,9 @@ async function chaosRun(
   const [client] = await cluster.startClients(1, { engine });
   await rotation(client);
   const done = await nemesis(engine, rounds, untilMs);
-  const { result, seconds } = await cluster.finish();
+  const { result, seconds, wallClockSteps } = await cluster.finish();
   const run = `rotation + ${done} nemesis round${done === 1 ? '' : 's'}${untilMs ? ' (soak)' : ''}`;
-  figures.push(figureRow(run, variant, result, seconds));
+  figures.push(figureRow(run, variant, result, seconds, wallClockSteps));
   return result;
 }
 

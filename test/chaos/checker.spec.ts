@@ -1,6 +1,15 @@
-import { describe, expect, it } from '@jest/globals';
+import { afterAll, describe, expect, it } from '@jest/globals';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { setTimeout as hold } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
 import { check, operations, violationCounts, type CheckInput } from './checker.js';
-import type { OpEvent, StoreSnapshot } from './history.js';
+import { buildClockShim, shiftedClockEnv } from './clock-shim.js';
+import { clockOrigin, now, WallClockWatch, type OpEvent, type StoreSnapshot } from './history.js';
 
 /** Builds one client's history step by step, on a fake clock. */
 class History {
@@ -252,5 +261,157 @@ describe('chaos checker', () => {
       'leaked-subscriber': 1,
       'leaked-connection': 1,
     });
+  });
+});
+
+describe('the shared time line', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'redis-lock-timeline-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const historyModule = fileURLToPath(new URL('./history.ts', import.meta.url));
+  /** How each process stamped its events before: its start-up wall clock plus its own monotonic time. */
+  const perProcess = () => performance.timeOrigin + performance.now();
+
+  /**
+   * A second process whose wall clock is 250 ms behind this one's, as when
+   * the host's clock was stepped between the two starts. On a line, it
+   * stamps an acquisition granted and a release, on both time lines.
+   */
+  async function skewedProcess() {
+    const shim = buildClockShim(dir);
+    const script = `
+      import { createInterface } from 'node:readline';
+      const { now, setClockOrigin } = await import(${JSON.stringify(`file://${historyModule}`)});
+      setClockOrigin(BigInt(process.argv[1]));
+      const old = () => performance.timeOrigin + performance.now();
+      console.log('ready');
+      for await (const _ of createInterface({ input: process.stdin })) {
+        const invoked = [now(), old()], granted = [now(), old()], released = [now(), old()];
+        console.log(JSON.stringify({ invoked, granted, released }));
+      }`;
+    const { NODE_OPTIONS: _jest, ...env } = process.env;
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', '--input-type=module', '-e', script, String(clockOrigin())],
+      {
+        env: { ...env, ...shiftedClockEnv(shim, join(dir, 'shift'), -250) },
+        stdio: ['pipe', 'pipe', 'inherit'],
+      },
+    );
+    const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+    expect((await lines.next()).value).toBe('ready');
+    return {
+      async acquireAndRelease(): Promise<
+        Record<'invoked' | 'granted' | 'released', [number, number]>
+      > {
+        child.stdin.write('go\n');
+        const line = (await lines.next()).value as string;
+        child.stdin.end();
+        await once(child, 'close');
+        return JSON.parse(line);
+      },
+    };
+  }
+
+  it('keeps two holders that followed each other apart although their processes disagree about the wall clock, which per-process time bases turned into an overlap', async () => {
+    const other = await skewedProcess();
+    const stamp = () => [now(), perProcess()] as const;
+    // c1, here, holds the lock for half a second and releases it; only then is c2, there, granted.
+    const invoked = stamp();
+    const granted = stamp();
+    await hold(500);
+    const released = stamp();
+    const c2 = await other.acquireAndRelease();
+
+    /** The two holdings, stamped on the shared time line (0) or per process (1). */
+    const history = (line: 0 | 1): OpEvent[] => {
+      const base = { worker: 0, resource: 'r' };
+      return [
+        { ...base, client: 'c1', id: 1, op: 'acquire', type: 'invoke', time: invoked[line] },
+        {
+          ...base,
+          client: 'c1',
+          id: 1,
+          op: 'acquire',
+          type: 'ok',
+          time: granted[line],
+          token: 1,
+          validUntil: granted[line] + 2000,
+        },
+        {
+          ...base,
+          client: 'c1',
+          id: 2,
+          op: 'release',
+          type: 'invoke',
+          time: released[line],
+          lock: 1,
+        },
+        { ...base, client: 'c1', id: 2, op: 'release', type: 'ok', time: released[line], lock: 1 },
+        { ...base, client: 'c2', id: 1, op: 'acquire', type: 'invoke', time: c2.invoked[line] },
+        {
+          ...base,
+          client: 'c2',
+          id: 1,
+          op: 'acquire',
+          type: 'ok',
+          time: c2.granted[line],
+          token: 2,
+          validUntil: c2.granted[line] + 2000,
+        },
+        {
+          ...base,
+          client: 'c2',
+          id: 2,
+          op: 'release',
+          type: 'invoke',
+          time: c2.released[line],
+          lock: 1,
+        },
+        {
+          ...base,
+          client: 'c2',
+          id: 2,
+          op: 'release',
+          type: 'ok',
+          time: c2.released[line],
+          lock: 1,
+        },
+      ];
+    };
+    // The per-process stamps put c2's grant about 250 ms early, inside c1's holding.
+    expect(violationCounts(check({ events: history(1) }))).toEqual({ overlap: 1 });
+    expect(check({ events: history(0) }).violations).toEqual([]);
+    expect(c2.granted[0]).toBeGreaterThan(released[0]);
+  }, 30_000);
+
+  it('sees steps of the wall clock against the monotonic clock, and ignores a sample taken while descheduled', () => {
+    let mono = 0;
+    let wall = 1_000_000;
+    /** Each read advances the monotonic clock by `read` ms (0: instantly). */
+    let read = 0;
+    const watch = new WallClockWatch(100, 5, {
+      mono: () => (mono += read),
+      wall: () => wall,
+    });
+    const after = (monoMs: number, wallMs: number) => {
+      mono += monoMs;
+      wall += wallMs;
+      watch.sample();
+    };
+    watch.sample();
+    after(100, 100);
+    after(100, 140);
+    after(100, 70);
+    // Slewing and the millisecond granularity of Date.now() stay below the threshold.
+    after(100, 102);
+    read = 3;
+    after(100, 160);
+    read = 0;
+    after(100, 100);
+    expect(watch.steps).toEqual([
+      { since: 100, at: 200, ms: 40 },
+      { since: 200, at: 300, ms: -30 },
+      { since: 400, at: 606, ms: 54 },
+    ]);
   });
 });

@@ -16,6 +16,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { CheckResult } from './checker.js';
+import type { WallClockStep } from './history.js';
 
 /** The spec files that report figures; the totals wait for all of them. */
 const SPEC_FILES = ['chaos-faults', 'chaos-run'] as const;
@@ -31,6 +32,8 @@ export interface FigureRow {
   readonly refusedWrites: number;
   readonly lostControlUpdates: number;
   readonly violations: number;
+  /** Steps of the host's wall clock during the run, in ms. */
+  readonly wallClockSteps: readonly number[];
   readonly seconds: number;
 }
 
@@ -39,6 +42,7 @@ export function figureRow(
   build: string,
   result: CheckResult,
   seconds: number,
+  wallClockSteps: readonly WallClockStep[] = [],
 ): FigureRow {
   return {
     run,
@@ -49,6 +53,7 @@ export function figureRow(
     refusedWrites: result.refusedWrites,
     lostControlUpdates: result.lostControlUpdates,
     violations: result.violations.length,
+    wallClockSteps: wallClockSteps.map((s) => Math.round(s.ms)),
     seconds,
   };
 }
@@ -68,7 +73,18 @@ function table(header: readonly string[], rows: readonly string[][], textColumns
 
 function runTable(rows: readonly FigureRow[]): string {
   return table(
-    ['run', 'build', 'ops', 'grants', 'faults', 'refused', 'lost ctl', 'violations', 's'],
+    [
+      'run',
+      'build',
+      'ops',
+      'grants',
+      'faults',
+      'refused',
+      'lost ctl',
+      'violations',
+      'wall steps',
+      's',
+    ],
     rows.map((f) => [
       f.run,
       f.build,
@@ -78,11 +94,16 @@ function runTable(rows: readonly FigureRow[]): string {
       count(f.refusedWrites),
       count(f.lostControlUpdates),
       count(f.violations),
+      steps(f.wallClockSteps),
       f.seconds.toFixed(1),
     ]),
     2,
   );
 }
+
+/** The host's wall-clock steps, e.g. `none` or `+35, -12 ms`. */
+const steps = (ms: readonly number[]) =>
+  ms.length > 0 ? `${ms.map((m) => (m > 0 ? `+${m}` : String(m))).join(', ')} ms` : 'none';
 
 /** Runs, operations, faults, violations and seconds per build. */
 function buildTable(rows: readonly FigureRow[]): string {
@@ -91,13 +112,14 @@ function buildTable(rows: readonly FigureRow[]): string {
   const sum = (list: readonly FigureRow[], pick: (r: FigureRow) => number) =>
     list.reduce((total, r) => total + pick(r), 0);
   return table(
-    ['build', 'runs', 'operations', 'faults', 'violations', 's'],
+    ['build', 'runs', 'operations', 'faults', 'violations', 'wall steps', 's'],
     [...builds].map(([build, list]) => [
       build,
       count(list.length),
       count(sum(list, (r) => r.operations)),
       count(sum(list, (r) => r.faults)),
       count(sum(list, (r) => r.violations)),
+      count(sum(list, (r) => r.wallClockSteps.length)),
       sum(list, (r) => r.seconds).toFixed(1),
     ]),
     1,

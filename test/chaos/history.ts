@@ -2,16 +2,96 @@
  * What the chaos runs record, shared by the lock clients (chaos-client.ts),
  * the harness (chaos-cluster.ts) and the checker (checker.ts).
  *
- * Times are epoch milliseconds taken as `performance.timeOrigin +
- * performance.now()`: monotonic within a process and comparable across the
- * processes of one machine.
+ * Times are milliseconds on one clock for every process of a run:
+ * `process.hrtime.bigint()`, which on Linux reads CLOCK_MONOTONIC, a clock
+ * the kernel keeps for the whole machine, counted from an origin the harness
+ * takes and hands to each client (`--clock-origin`). Not
+ * `performance.timeOrigin + performance.now()`: its base is the wall clock
+ * read once when each process starts, so two processes' time lines differ by
+ * whatever the wall clock did between their starts (a step, a slew) and by
+ * the stall between the two reads, tens of ms under load; that alone makes
+ * two holders that followed each other look like an overlap.
  */
 import { performance } from 'node:perf_hooks';
 
-export const now = (): number => performance.timeOrigin + performance.now();
+let origin = process.hrtime.bigint();
 
-/** Converts an engine `performance.now()` reading of this process to the shared time line. */
-export const absolute = (monotonic: number): number => performance.timeOrigin + monotonic;
+/** The origin of this process's time line, for the clients it starts. */
+export const clockOrigin = (): bigint => origin;
+
+/** Puts this process on the time line of the process that started it. */
+export function setClockOrigin(value: bigint): void {
+  origin = value;
+}
+
+export const now = (): number => Number(process.hrtime.bigint() - origin) / 1e6;
+
+/**
+ * Converts an engine `performance.now()` reading of this process to the
+ * shared time line. Both clocks are CLOCK_MONOTONIC with a different zero,
+ * so the distance back from the present carries over exactly.
+ */
+export const absolute = (monotonic: number): number => now() - (performance.now() - monotonic);
+
+/** A step of the host's wall clock seen during a run: `ms` > 0 is forward. */
+export interface WallClockStep {
+  /** Between these two samples, on the shared time line. */
+  readonly since: number;
+  readonly at: number;
+  readonly ms: number;
+}
+
+/**
+ * Watches the host's wall clock against the shared monotonic one. Redis
+ * nodes expire keys by the wall clock, so a step forward shortens every lease
+ * on them (the checker is told), and a run's figures say whether one
+ * happened. Sampled at a fixed interval: between two samples both clocks
+ * advance alike unless the wall clock was stepped; the slewing of time
+ * synchronization is far below the threshold.
+ */
+export class WallClockWatch {
+  readonly steps: WallClockStep[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  private last: { mono: number; wall: number } | undefined;
+
+  constructor(
+    private readonly intervalMs = 100,
+    private readonly thresholdMs = 5,
+    private readonly clocks = { mono: now, wall: Date.now },
+  ) {}
+
+  start(): void {
+    this.stop();
+    this.steps.length = 0;
+    this.last = undefined;
+    this.sample();
+    this.timer = setInterval(() => this.sample(), this.intervalMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) this.sample();
+    clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  /** Compares how far each clock moved since the last sample. */
+  sample(): void {
+    const before = this.clocks.mono();
+    const wall = this.clocks.wall();
+    const after = this.clocks.mono();
+    // Descheduled between the reads: the pair says nothing about the wall clock.
+    if (after - before > 1) return;
+    const mono = (before + after) / 2;
+    if (this.last) {
+      const step = wall - this.last.wall - (mono - this.last.mono);
+      if (Math.abs(step) > this.thresholdMs) {
+        this.steps.push({ since: this.last.mono, at: mono, ms: step });
+      }
+    }
+    this.last = { mono, wall };
+  }
+}
 
 export type OpName =
   | 'acquire'
