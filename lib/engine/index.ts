@@ -6,6 +6,7 @@ export {
 } from './lock-engine.js';
 export { Lock, type ReleaseResult } from './lock.js';
 export type { LockEvents, NodeResults } from './lock-events.js';
+export type { NodeRestart } from './node-restarts.js';
 export * from './lock-errors.js';
 export {
   LOCK_DEFAULTS,

@@ -28,6 +28,8 @@ import {
 } from './lock-options.js';
 import { ACQUIRE, EXTEND, FENCE_WRITEBACK, RELEASE } from './lua-scripts.js';
 import { checkNodes } from './node-checks.js';
+import { nodeClockOffset } from './node-clock.js';
+import { RestartWatch, type NodeRestart } from './node-restarts.js';
 import { quorumRound, roundFailures, type RoundResult } from './quorum-round.js';
 import { ReleaseChannel } from './release-channel.js';
 import { lineLease, retryDelay } from './retry-delay.js';
@@ -106,6 +108,12 @@ const nodeResults = (round: RoundResult<unknown>): NodeResults => ({
 });
 
 const isGranted = (reply: AcquireReply) => reply[0] === 1;
+
+/** A grant by a node whose grants do not count now (see RestartWatch) fails that node's part. */
+function uncounted(reply: AcquireReply, why: string): AcquireReply {
+  if (isGranted(reply)) throw new Error(`granted, but not counted toward the quorum: ${why}`);
+  return reply;
+}
 const isOne = (reply: unknown) => reply === 1;
 const isPositive = (reply: unknown) => typeof reply === 'number' && reply > 0;
 
@@ -143,6 +151,12 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   private readonly sender = randomValue().slice(0, 12);
   /** Fencing with one counter per node for all resources (`fenceCounter: 'node'`), where a node can. */
   private readonly nodeCounters: boolean;
+  /** The nodes' clock minus this process's (see nodeClockOffset), for waiters' arrivals. */
+  private clockOffset = 0;
+  /** Per node: whether its grants count toward a quorum after a restart. */
+  private readonly restarts: readonly RestartWatch[];
+  /** The longest lease this engine has asked for (ms): what a restarted node may have forgotten. */
+  private longestTtl: number;
 
   constructor(options: LockEngineOptions) {
     super();
@@ -158,6 +172,15 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       }
     });
     this.quorum = Math.floor(this.nodes.length / 2) + 1;
+    this.longestTtl = this.options.ttl;
+    this.restarts = this.nodes.map(
+      (node) =>
+        new RestartWatch(
+          node,
+          () => this.longestTtl,
+          (restart) => this.nodeRestarted(restart),
+        ),
+    );
     this.notify = this.options.releaseNotifications ? '1' : '0';
     this.nodeCounters = this.options.fencing && this.options.fenceCounter === 'node';
     this.admin = new LockAdmin(
@@ -182,7 +205,9 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
    */
   async connect(): Promise<void> {
     const ready = await Promise.all(this.nodes.map((node) => node.connect(2000)));
+    await Promise.all(this.restarts.map((watch, i) => ready[i] && watch.check()));
     await checkNodes(this.nodes, ready, this.quorum, this.options);
+    this.clockOffset = await nodeClockOffset(this.nodes, ready, this.nodeTimeout(this.options.ttl));
   }
 
   /**
@@ -357,6 +382,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     this.checkOwn(lock);
     if (ttl === undefined) ttl = lock.ttl;
     else if (ttl !== lock.ttl) checkMs('ttl', ttl, 10);
+    if (ttl > this.longestTtl) this.longestTtl = ttl;
     if (lock.isReleased) throw new LockLostError(lock.resources, 'it was already released');
     const start = performance.now();
     const left = lock.validUntil - start;
@@ -381,6 +407,10 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
         });
       return lock;
     }
+    // The new lease may have been set on nodes whose answer came too late or never: a shorter
+    // one than before then ends sooner than the validity the lock still counts on.
+    const unknownOutcome = start + ttl - this.drift(ttl);
+    if (unknownOutcome < lock.validUntil) lock.renewed(unknownOutcome);
     if (round.no > this.nodes.length - this.quorum) {
       lock.lost('the nodes no longer hold it (it expired or was taken over)');
       throw new LockLostError(
@@ -449,6 +479,16 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       });
     }
     return result;
+  }
+
+  private nodeRestarted(restart: NodeRestart): void {
+    this.options.logger.warn(
+      restart.persistent
+        ? `Node ${restart.node} restarted (run id ${restart.runId}); it keeps its data (appendonly, appendfsync always), so its grants count at once.`
+        : `Node ${restart.node} restarted${restart.runId === undefined ? ' or could not be checked (INFO failed)' : ''} without proof that it kept its data ` +
+            `(appendonly yes with appendfsync always): its grants do not count toward a quorum for ${restart.excludedFor} ms, the longest lease it may have forgotten.`,
+    );
+    if (this.listenerCount('nodeRestarted') > 0) this.emit('nodeRestarted', restart);
   }
 
   /** @internal Called by a lock that was lost. */
@@ -609,10 +649,20 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     // A node that counts the tokens of all resources gets its counter after the lock keys.
     const round = await quorumRound(
       this.nodes,
-      (node) =>
-        (this.countsForAll(node)
-          ? node.run(ACQUIRE, request.acquireKeys, args)
-          : node.run(ACQUIRE, keys, args)) as Promise<AcquireReply>,
+      (node, i) => {
+        const send = () => {
+          const sent = (
+            this.countsForAll(node)
+              ? node.run(ACQUIRE, request.acquireKeys, args)
+              : node.run(ACQUIRE, keys, args)
+          ) as Promise<AcquireReply>;
+          const excluded = this.restarts[i].excluded();
+          return excluded === undefined ? sent : sent.then((reply) => uncounted(reply, excluded));
+        };
+        // Just reconnected: whether the node restarted is being read (one INFO round trip).
+        const checking = this.restarts[i].pending();
+        return checking ? checking.then(send) : send();
+      },
       isGranted,
       this.quorum,
       request.nodeTimeout,
@@ -660,8 +710,14 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     const tokens = new Array<number>(count).fill(0);
     for (const reply of round.replies) {
       if (reply?.[0] !== 1) continue;
-      for (let r = 0; r < count; r++) tokens[r] = Math.max(tokens[r], reply[r + 1]);
+      // A grant found again after a resend reads the counter back; one that expired meanwhile
+      // gives no number, and that node then only counts once the write-back below reaches it.
+      for (let r = 0; r < count; r++) {
+        const token = reply[r + 1];
+        if (typeof token === 'number' && token > tokens[r]) tokens[r] = token;
+      }
     }
+    if (tokens.includes(0)) return undefined;
     const overflow = tokens.findIndex((token) => !Number.isSafeInteger(token));
     if (overflow >= 0) {
       throw new LockConfigurationError(
@@ -800,6 +856,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     const list = normalizeResources(resources);
     const defaults = this.options;
     const ttl = options.ttl === undefined ? defaults.ttl : checkMs('ttl', options.ttl, 10);
+    if (ttl > this.longestTtl) this.longestTtl = ttl;
     const keys = list.map((resource) => this.admin.lockKey(resource));
     const retry = options.retry === undefined ? defaults.retry : this.retryPolicy(options.retry);
     const nodeTimeout = this.nodeTimeout(ttl);
@@ -822,9 +879,10 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       signal: options.signal,
       started: performance.now(),
       waiting: false,
-      // Wall clock (comparable between processes), finer than a millisecond.
-      arrival: performance.timeOrigin + performance.now(),
-      lineLease: retry.attempts > 0 ? lineLease(retry, nodeTimeout) : 0,
+      // On the nodes' clock (comparable between processes whatever their own clocks say), finer
+      // than a millisecond.
+      arrival: performance.timeOrigin + performance.now() + this.clockOffset,
+      lineLease: retry.attempts > 0 ? lineLease(retry) : 0,
       waiter: '',
       inLine: false,
     };

@@ -1,5 +1,6 @@
 import type { Lock, ReleaseResult } from './lock.js';
 import type { LockError, LockLostError } from './lock-errors.js';
+import type { NodeRestart } from './node-restarts.js';
 
 /**
  * How the nodes answered one round of an acquisition, extension or release.
@@ -60,6 +61,12 @@ export interface LockEvents {
   extended: [event: { lock: Lock; duration: number; nodes: NodeResults }];
   /** A lock was lost: its lease ran out or another value took its keys. `held`: ms since the grant. */
   lost: [event: { lock: Lock; error: LockLostError; held: number }];
+  /**
+   * A node came back as a new server process. Without proof that it kept its
+   * data (appendonly yes, appendfsync always), its grants do not count toward
+   * a quorum for `excludedFor` ms: the longest lease it may have forgotten.
+   */
+  nodeRestarted: [event: NodeRestart];
   /**
    * A lock was released; `held` is ms since it was granted, `duration` the ms
    * the release took.

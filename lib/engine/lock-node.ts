@@ -2,7 +2,7 @@ import { once } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Cluster, Redis, ReplyError, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { runBySlot } from './cluster-scripts.js';
-import { BATCH, BATCHABLE, type LuaScript } from './lua-scripts.js';
+import { ALL_SCRIPTS, BATCH, BATCHABLE, type LuaScript } from './lua-scripts.js';
 import {
   isClusterClient,
   isClusterSpec,
@@ -187,6 +187,13 @@ export class LockNode {
    * (wrong password, missing permissions): see {@link connectionError}.
    */
   async connect(timeoutMs: number): Promise<boolean> {
+    const ready = await this.open(timeoutMs);
+    // A cluster's masters get the scripts now; a server's connection gets them before its first call.
+    if (ready && this.topology === 'cluster') this.loadClusterScripts();
+    return ready;
+  }
+
+  private async open(timeoutMs: number): Promise<boolean> {
     const { client } = this;
     if (client.status === 'ready') return true;
     if (client.status === 'wait') client.connect().catch(() => undefined);
@@ -308,19 +315,67 @@ export class LockNode {
     );
   }
 
+  /**
+   * The connection the scripts were last loaded on. A server's script cache
+   * is empty after a restart, and a call by SHA would then fail (NOSCRIPT).
+   * Re-sending such a call once its NOSCRIPT arrives would let calls made
+   * after it run before it (a failed attempt's clean-up before its own
+   * acquisition, which then leaves a key nobody holds), so every script is
+   * loaded on a new connection ahead of its first call instead: the
+   * connection delivers commands in order, so no call by SHA arrives before
+   * its script.
+   */
+  private scriptsLoadedOn: unknown;
+  /** Why the last load of the scripts failed (an ACL without EVAL, say). */
+  private loadError: Error | undefined;
+  /** Script calls sent so far: a NOSCRIPT is re-sent only when no call left after it. */
+  private sent = 0;
+
+  private loadScripts(server: Redis): void {
+    const connection = server.status === 'ready' ? server.stream : undefined;
+    if (connection !== undefined && connection === this.scriptsLoadedOn) return;
+    // Not connected yet (a client of the caller's that queues commands): the loads queue ahead.
+    this.scriptsLoadedOn = connection;
+    for (const script of ALL_SCRIPTS)
+      server.eval(script.source, 0).then(this.loaded, this.notLoaded);
+  }
+
+  private readonly loaded = () => (this.loadError = undefined);
+  private readonly notLoaded = (error: unknown) => {
+    this.loadError = error instanceof Error ? error : new Error(String(error));
+  };
+
+  /** Loads the scripts on every master of a cluster (see {@link scriptsLoadedOn}). */
+  private loadClusterScripts(): void {
+    for (const server of this.servers()) {
+      for (const script of ALL_SCRIPTS)
+        server.eval(script.source, 0).then(this.loaded, this.notLoaded);
+    }
+  }
+
   private readonly runInSlot = (
     script: LuaScript,
     keys: readonly string[],
     args: readonly (string | number)[],
+    resent = false,
   ): Promise<unknown> => {
-    return this.client
-      .evalsha(script.sha, keys.length, ...keys, ...args)
-      .catch((error: unknown) => {
-        if (error instanceof Error && error.message.startsWith('NOSCRIPT')) {
-          return this.client.eval(script.source, keys.length, ...keys, ...args);
-        }
-        throw error;
-      });
+    const { client } = this;
+    if (this.topology !== 'cluster') this.loadScripts(client as Redis);
+    const sequence = ++this.sent;
+    return client.evalsha(script.sha, keys.length, ...keys, ...args).catch((error: unknown) => {
+      if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
+      // The cache was flushed under a live connection (SCRIPT FLUSH), or a cluster's master is
+      // new: the call did not run. Loaded again, and re-sent only if nothing left after it.
+      if (this.topology === 'cluster') this.loadClusterScripts();
+      else this.scriptsLoadedOn = undefined;
+      if (!resent && sequence === this.sent) return this.runInSlot(script, keys, args, true);
+      throw (
+        this.loadError ??
+        new Error(
+          `the node had not loaded the lock scripts (${error.message.split('\n')[0]}); they are loaded again for the next call`,
+        )
+      );
+    });
   };
 
   async close(): Promise<void> {

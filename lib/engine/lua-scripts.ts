@@ -10,8 +10,15 @@ export interface LuaScript {
   readonly prelude: string;
 }
 
+/**
+ * Every script returns at once when called without keys: that is how a
+ * connection loads it (EVAL caches a script, and needs no SCRIPT permission)
+ * before it serves any call, see LockNode.
+ */
+const LOAD_GUARD = 'if #KEYS == 0 then return 0 end\n';
+
 function script(name: string, body: string, prelude = ''): LuaScript {
-  const source = prelude + body;
+  const source = LOAD_GUARD + prelude + body;
   return Object.freeze({
     name,
     source,
@@ -49,6 +56,13 @@ end
 `;
 
 /**
+ * The most waiters a lock's line keeps a place for on a node. Every attempt
+ * on a contended lock reads the whole line, so its length bounds that cost;
+ * waiters past it still retry and are served, in no set order among them.
+ */
+export const MAX_LINE = 64;
+
+/**
  * Grant the lock on all resources or on none (one node).
  * KEYS: n lock keys, then optionally the node's fence counter: given, it
  * counts the tokens of every resource; else each resource has its own,
@@ -66,8 +80,9 @@ end
  * node's counter for good. Seed '0' keeps counters forever,
  * counting from 1. Every grant on the node raises the node's counter, so a
  * token is above every earlier one of the node, whatever the resource: no
- * key per resource, nothing to expire (see DESIGN.md on why a token per
- * node keeps a resource's tokens rising across a quorum). A request resent after a reconnect
+ * key per resource, nothing to expire (a token per node keeps a resource's
+ * tokens rising across a quorum by the same argument as a counter per
+ * resource: the README's fencing section). A request resent after a reconnect
  * finds our own value and returns that grant's tokens instead of counting a
  * second one.
  *
@@ -75,10 +90,17 @@ end
  * A refused caller with a lease above 0 joins it (or renews its place) for
  * that many ms of this node's clock; free keys go to the waiter with the
  * earliest arrival (ties: the lower id) among the live ones, and a grant takes
- * the caller out of the line. Arrivals come from the caller, the same on every
- * node, so all nodes agree on who is first and a quorum forms at once instead
+ * the caller out of the line. A line keeps at most MAX_LINE places. A
+ * caller refused for several keys keeps a place only in the lines of the keys
+ * that someone else holds or waits for ahead of it, and leaves the others, so
+ * that it never keeps a free key from callers that want that key alone.
+ * Arrivals come from the caller, the same on every
+ * node (when its wait began, on its clock corrected to the nodes' clocks at
+ * connect, so that a process whose own clock is off neither jumps the line
+ * nor starves), so all nodes agree on who is first and a quorum forms at once instead
  * of splitting its votes between waiters woken by the same release. The line
- * is optional: where the user may not run EXISTS, HGETALL, HSET, HDEL or TIME
+ * is optional: where the user may not run EXISTS, HGETALL, HSET, HDEL, HLEN,
+ * HEXISTS or TIME
  * (an ACL), those calls fail quietly and waiters are served in no set order.
  */
 export const ACQUIRE = script(
@@ -111,13 +133,22 @@ local function first(key)
   local head = earliest(line, now, true)
   return head == nil or head == waiter
 end
-local function refuse(pttl)
+local function room(line)
+  if redis.pcall('HEXISTS', line, waiter) == 1 then return true end
+  local places = redis.pcall('HLEN', line)
+  return type(places) == 'number' and places < ${MAX_LINE}
+end
+local function refuse(pttl, wanted)
   if lease > 0 and waiter ~= '' and clock() then
     local place = (ARGV[8] or '0') .. ' ' .. (now + lease)
     for i = 1, n do
       local line = KEYS[i] .. ':q'
-      if type(redis.pcall('HSET', line, waiter, place)) ~= 'number' then break end
-      if redis.call('PTTL', line) < lease then redis.call('PEXPIRE', line, lease) end
+      if wanted and not wanted[i] then
+        redis.pcall('HDEL', line, waiter)
+      elseif room(line) then
+        if type(redis.pcall('HSET', line, waiter, place)) ~= 'number' then break end
+        if redis.call('PTTL', line) < lease then redis.call('PEXPIRE', line, lease) end
+      end
     end
   end
   return {0, pttl}
@@ -140,13 +171,15 @@ if n == 1 then
   if fencing then reply[2] = tonumber(redis.call('GET', counter(1))) end
   return reply
 end
-local mine = 0
+local mine, held, holders = 0, nil, {}
 for i = 1, n do
   local holder = redis.call('GET', KEYS[i])
+  holders[i] = holder
   if holder == value then
     mine = mine + 1
   elseif holder then
-    return refuse(redis.call('PTTL', KEYS[i]))
+    local pttl = redis.call('PTTL', KEYS[i])
+    if not held or pttl > held then held = pttl end
   end
 end
 if mine == n then
@@ -155,9 +188,16 @@ if mine == n then
   end
   return reply
 end
+-- Refused: keep a place only in the lines of keys someone else holds or waits for first, so
+-- that a free key of this set is not kept from callers that want it alone.
+local wanted, behind = {}, false
 for i = 1, n do
-  if not first(KEYS[i]) then return refuse(-3) end
+  local other = holders[i] and holders[i] ~= value
+  wanted[i] = other or not first(KEYS[i])
+  if wanted[i] and not other then behind = true end
 end
+if held then return refuse(held, wanted) end
+if behind then return refuse(-3, wanted) end
 granted()
 for i = 1, n do redis.call('SET', KEYS[i], value, 'PX', ARGV[2]) end
 if fencing then
@@ -329,3 +369,6 @@ end
 return '[' .. table.concat(out, ',') .. ']'`,
   LINE_LUA,
 );
+
+/** Every script the engine runs, loaded on each connection before it serves a call. */
+export const ALL_SCRIPTS: readonly LuaScript[] = [...BATCHABLE, RAISE_FENCE, BATCH];

@@ -143,13 +143,20 @@ export function findRisks(
           'under memory pressure it may evict lock keys. Set maxmemory-policy noeviction.',
       );
     }
-    if (fencing && f.aofEnabled === false) {
+    // What a restart that loses data does to the fence counters, for the options in use.
+    const counters = !fencing
+      ? ''
+      : fenceCounterTtl > 0
+        ? ' (fence counters it lost restart from the clock, so tokens keep rising)'
+        : ' and its fence counters (which restart from 1, so tokens can repeat until reseedFences() runs)';
+    if (f.aofEnabled === false) {
       risks.push(
-        `${node} has appendonly off: a restart loses its fence counters and tokens can repeat. Set appendonly yes and appendfsync always.`,
+        `${node} has appendonly off: a restart empties it, so a lock that stood on it and on no more than a quorum ` +
+          `can be granted to a second holder${counters}. Set appendonly yes and appendfsync always.`,
       );
-    } else if (fencing && f.appendfsync && f.appendfsync !== 'always') {
+    } else if (f.appendfsync && f.appendfsync !== 'always') {
       risks.push(
-        `${node} has appendfsync ${f.appendfsync}: a crash can lose the last counter increments and tokens can repeat. Set appendfsync always.`,
+        `${node} has appendfsync ${f.appendfsync}: a crash can lose the last lock keys it granted${counters}. Set appendfsync always.`,
       );
     }
   };
@@ -234,18 +241,16 @@ export async function checkNodes(
       ),
     );
     // CONFIG is often disabled on managed services: say what went unchecked, without refusing.
-    if (options.fencing) {
-      facts.forEach((f, i) => {
-        const servers = !f ? [] : 'masters' in f ? f.masters.map((m) => m.facts) : [f];
-        if (
-          servers.some((server) => server.aofEnabled !== false && server.appendfsync === undefined)
-        ) {
-          warnings.push(
-            `could not read appendfsync on node ${nodes[i].label} (CONFIG GET is not allowed); make sure it is 'always', or fence counters can be lost in a crash.`,
-          );
-        }
-      });
-    }
+    facts.forEach((f, i) => {
+      const servers = !f ? [] : 'masters' in f ? f.masters.map((m) => m.facts) : [f];
+      if (
+        servers.some((server) => server.aofEnabled !== false && server.appendfsync === undefined)
+      ) {
+        warnings.push(
+          `could not read appendfsync on node ${nodes[i].label} (CONFIG GET is not allowed); make sure it is 'always', or a crash can lose the lock keys it granted last${options.fencing ? ' and its fence counters' : ''}.`,
+        );
+      }
+    });
     refusals.push(
       ...findRisks(
         nodes.map((n) => n.label),

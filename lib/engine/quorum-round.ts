@@ -24,7 +24,7 @@ export interface RoundResult<T> {
  */
 export function quorumRound<T>(
   nodes: readonly LockNode[],
-  send: (node: LockNode) => Promise<T>,
+  send: (node: LockNode, index: number) => Promise<T>,
   isYes: (reply: T) => boolean,
   quorum: number,
   timeoutMs: number,
@@ -53,7 +53,8 @@ export function quorumRound<T>(
         finish();
       }
     };
-    const timer = setTimeout(() => {
+    let timer: NodeJS.Timeout | undefined;
+    const expire = () => {
       if (settled) return;
       for (let i = 0; i < count; i++) {
         if (result.replies[i] === undefined && result.errors[i] === undefined) {
@@ -62,9 +63,9 @@ export function quorumRound<T>(
         }
       }
       finish();
-    }, timeoutMs);
+    };
     for (let i = 0; i < count; i++) {
-      send(nodes[i]).then(
+      send(nodes[i], i).then(
         (reply) => {
           if (settled) return;
           result.replies[i] = reply;
@@ -80,6 +81,12 @@ export function quorumRound<T>(
         },
       );
     }
+    // The nodes' commands leave at the end of this turn of the event loop (LockNode.run). The
+    // clock starts once they have: armed now, a loop blocked past the timeout would fire the
+    // timer before anything was sent, and the round would fail with every node healthy.
+    setImmediate(() => {
+      if (!settled) timer = setTimeout(expire, timeoutMs);
+    });
   });
 }
 

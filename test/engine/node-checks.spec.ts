@@ -80,15 +80,23 @@ describe('connection checks on real nodes', () => {
     expect(await warningsFor(safe.nodes, { strict: true })).toEqual([]);
   });
 
-  it('warns that a node with appendonly off loses its fence counters on restart', async () => {
+  it('warns that a node with appendonly off can grant a lock twice after a restart', async () => {
     const warnings = await warningsFor([safe.nodes[0], safe.nodes[1], noAof]);
     expect(warnings).toEqual([
-      `node ${label(noAof)} has appendonly off: a restart loses its fence counters and tokens can repeat. Set appendonly yes and appendfsync always.`,
+      `node ${label(noAof)} has appendonly off: a restart empties it, so a lock that stood on it and on no more than a quorum can be granted to a second holder (fence counters it lost restart from the clock, so tokens keep rising). Set appendonly yes and appendfsync always.`,
     ]);
   });
 
-  it('does not warn about persistence when fencing is off', async () => {
-    expect(await warningsFor([safe.nodes[0], noAof, everysec], { fencing: false })).toEqual([]);
+  it('warns about persistence when fencing is off too, and about counters only when it is on', async () => {
+    expect(await warningsFor([safe.nodes[0], noAof, everysec], { fencing: false })).toEqual([
+      `node ${label(noAof)} has appendonly off: a restart empties it, so a lock that stood on it and on no more than a quorum can be granted to a second holder. Set appendonly yes and appendfsync always.`,
+      `node ${label(everysec)} has appendfsync everysec: a crash can lose the last lock keys it granted. Set appendfsync always.`,
+    ]);
+    expect(
+      await warningsFor([safe.nodes[0], safe.nodes[1], noAof], { fenceCounterTtl: 0 }),
+    ).toEqual([
+      `node ${label(noAof)} has appendonly off: a restart empties it, so a lock that stood on it and on no more than a quorum can be granted to a second holder and its fence counters (which restart from 1, so tokens can repeat until reseedFences() runs). Set appendonly yes and appendfsync always.`,
+    ]);
   });
 
   it('warns that a node with appendfsync everysec can lose its last counter increments', async () => {
@@ -211,11 +219,16 @@ describe('findRisks', () => {
     expect(findRisks(labels(3), [undefined, ...facts({}, {})], true)).toEqual([]);
   });
 
-  it('leaves persistence alone where CONFIG is disabled (appendfsync unknown) or fencing is off', () => {
+  it('leaves persistence alone where CONFIG is disabled (appendfsync unknown)', () => {
     expect(findRisks(labels(1), facts({ appendfsync: undefined }), true)).toEqual([]);
+  });
+
+  it('reports missing persistence with fencing off too: a restart loses lock keys', () => {
     expect(
       findRisks(labels(1), facts({ aofEnabled: false, appendfsync: 'everysec' }), false),
-    ).toEqual([]);
+    ).toEqual([
+      'node n0:6379 has appendonly off: a restart empties it, so a lock that stood on it and on no more than a quorum can be granted to a second holder. Set appendonly yes and appendfsync always.',
+    ]);
   });
 
   it('omits the fence counters from the failover risk when fencing is off', () => {

@@ -9,7 +9,7 @@
  *   ~lock:* &lock:* -@all
  *   +evalsha +eval                       scripts run by SHA, by source after a SCRIPT FLUSH
  *   +set +get +pttl +incr +pexpire +del  what the scripts call (acquire, fence, extend, release)
- *   +exists +hgetall +hset +hdel +time   the waiters' line, first come first served across processes
+ *   +exists +hgetall +hset +hdel +hlen +hexists +time   the waiters' line, first come first served across processes
  *                                        (optional: without it waiters are served in no set order)
  *   +publish +subscribe +unsubscribe     release notifications (optional: waiters poll without)
  *   +info +config|get                    start-up checks (optional: warned about, or checkNodes: false)
@@ -50,7 +50,7 @@ const KEYS = ['~lock:*'];
 const CHANNELS = ['&lock:*'];
 const SCRIPTS = ['+evalsha', '+eval'];
 const SCRIPT_COMMANDS = ['+set', '+get', '+pttl', '+incr', '+pexpire', '+del'];
-const LINE = ['+exists', '+hgetall', '+hset', '+hdel', '+time'];
+const LINE = ['+exists', '+hgetall', '+hset', '+hdel', '+hlen', '+hexists', '+time'];
 const NOTIFICATIONS = ['+publish', '+subscribe', '+unsubscribe'];
 const CHECKS = ['+info', '+config|get'];
 const ADMIN = ['+scan', '+multi', '+exec', '+ping'];
@@ -215,7 +215,7 @@ describe('the minimal ACL for locking', () => {
     await next.release();
   });
 
-  it("needs no waiters' line: without EXISTS, HGETALL, HSET, HDEL and TIME a waiter of another engine still gets the freed lock", async () => {
+  it("needs no waiters' line: without EXISTS, HGETALL, HSET, HDEL, HLEN, HEXISTS and TIME a waiter of another engine still gets the freed lock", async () => {
     const url = await user([
       ...KEYS,
       ...CHANNELS,

@@ -45,7 +45,7 @@ describe('start-up checks through the Nest Logger', () => {
     expect(warnings).toEqual(
       expect.arrayContaining([
         '4 nodes tolerate no more failures than 3: a quorum needs 3. Use an odd number of nodes.',
-        `node ${label(noAof)} has appendonly off: a restart loses its fence counters and tokens can repeat. Set appendonly yes and appendfsync always.`,
+        `node ${label(noAof)} has appendonly off: a restart empties it, so a lock that stood on it and on no more than a quorum can be granted to a second holder (fence counters it lost restart from the clock, so tokens keep rising). Set appendonly yes and appendfsync always.`,
       ]),
     );
     expect(warnings).toHaveLength(2);

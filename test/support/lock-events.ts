@@ -6,7 +6,8 @@ import type {
   RetryOptions,
 } from '../../lib/engine/index.js';
 
-type EventName = keyof LockEvents;
+/** The events about locks (every one but nodeRestarted, which is about a node). */
+type EventName = Exclude<keyof LockEvents, 'nodeRestarted'>;
 type EventOf<N extends EventName> = LockEvents[N][0];
 
 function resourcesOf(event: EventOf<EventName>): readonly string[] {
