@@ -12,6 +12,7 @@ import { registerAs, type ConfigType } from '@nestjs/config';
  * | `LOCKS`             | `on`                     | `off` runs the purchase without a lock (to see the race)   |
  * | `PAYMENT_MS`        | `5`                      | latency of the payment provider at checkout                |
  * | `ORDER_PAYMENT_MS`  | `100`                    | latency of capturing the payment of a pending order        |
+ * | `STOCK_WRITES`      | `claimed`                | `write-only` or `unfenced`: the weaker writes, for the demo |
  * | `DB_FILE`           | `flash-sale.sqlite`      | SQLite file, shared by every instance                      |
  * | `PORT`, `HOST`      | `3000`, `127.0.0.1`      | where to listen (`PORT=0`: any free port)                  |
  * | `INSTANCE`          | `app-<pid>`              | this instance's name in answers, logs and the database     |
@@ -26,6 +27,7 @@ export const flashSaleConfig = registerAs('flashSale', () => {
     locks: onOff('LOCKS', env.LOCKS ?? 'on'),
     paymentMs: wholeNumber('PAYMENT_MS', env.PAYMENT_MS, 5, 0),
     orderPaymentMs: wholeNumber('ORDER_PAYMENT_MS', env.ORDER_PAYMENT_MS, 100, 0),
+    stockWrites: stockWrites(env.STOCK_WRITES || 'claimed'),
     dbFile: env.DB_FILE || 'flash-sale.sqlite',
     port: wholeNumber('PORT', env.PORT, 3000, 0),
     host: env.HOST || '127.0.0.1',
@@ -55,6 +57,15 @@ function wholeNumber(name: string, value: string | undefined, fallback: number, 
     throw new Error(`${name} must be a whole number from ${min} (got '${value}').`);
   }
   return number;
+}
+
+/**
+ * How a locked sale writes the stock. Only `claimed` is safe; the demo starts
+ * instances with the other two to measure what they lose.
+ */
+function stockWrites(value: string): 'claimed' | 'write-only' | 'unfenced' {
+  if (value === 'claimed' || value === 'write-only' || value === 'unfenced') return value;
+  throw new Error(`STOCK_WRITES must be claimed, write-only or unfenced (got '${value}').`);
 }
 
 function onOff(name: string, value: string): boolean {

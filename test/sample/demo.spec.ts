@@ -25,7 +25,7 @@ async function buildSample(dir: string): Promise<string> {
     JSON.stringify({
       name: 'nestjs-redis-lock',
       type: 'module',
-      exports: { '.': './lib/index.js' },
+      exports: { '.': './lib/index.js', './fenced': './lib/fenced/index.js' },
     }),
   );
   await symlink(join(ROOT, 'node_modules'), join(out, 'node_modules'), 'dir');
@@ -41,7 +41,10 @@ async function buildSample(dir: string): Promise<string> {
         rootDir: ROOT,
         outDir: out,
         typeRoots: [join(ROOT, 'node_modules/@types')],
-        paths: { 'nestjs-redis-lock': [join(ROOT, 'lib/index.ts')] },
+        paths: {
+          'nestjs-redis-lock': [join(ROOT, 'lib/index.ts')],
+          'nestjs-redis-lock/fenced': [join(ROOT, 'lib/fenced/index.ts')],
+        },
       },
       include: [],
       files: [join(ROOT, 'sample/flash-sale/main.ts')],
@@ -96,24 +99,48 @@ describe('the flash-sale demo (npm run demo, smaller)', () => {
     expect(locked.sold + locked.stockLeft).toBe(settings.stock);
   });
 
-  it("refuses the zombie's late write by its fencing token, and the order is paid once", () => {
-    const { zombie } = summary;
-    expect(zombie.problem).toBeUndefined();
-    expect(zombie.ok).toBe(true);
-    expect(zombie.takeoverToken).toBeGreaterThan(zombie.zombieToken!);
-    expect(zombie.pausedMs).toBeGreaterThan(zombie.leaseMs);
-    expect(zombie.zombieAnswer).toMatchObject({
+  it('refuses the write of a zombie that read the stock before it froze, once the next holder has read: 0 lost updates', () => {
+    const claimed = summary.zombies.find((z) => z.variant === 'claimed')!;
+    expect(claimed.problem).toBeUndefined();
+    // The next holder was granted the lock while the zombie was frozen: the zombie's lease had run out.
+    expect(claimed.takeoverToken).toBeGreaterThan(claimed.zombieToken!);
+    expect(claimed.pausedMs).toBeGreaterThan(0);
+    // Both holders computed their write from the same read.
+    expect(claimed.zombieRead).toBe(settings.stock);
+    expect(claimed.takeoverRead).toBe(settings.stock);
+    expect(claimed.zombieAnswer).toMatchObject({
       status: 409,
       code: 'STALE_TOKEN',
-      token: zombie.zombieToken,
-      lastToken: zombie.takeoverToken,
+      token: claimed.zombieToken,
+      lastToken: claimed.takeoverToken,
     });
-    expect(zombie.order).toMatchObject({
-      status: 'paid',
-      paidBy: zombie.takeover,
-      lastToken: zombie.takeoverToken,
+    expect(claimed.takeoverAnswer).toMatchObject({ status: 201, token: claimed.takeoverToken });
+    expect(claimed).toMatchObject({
+      sold: 1,
+      stockAfter: settings.stock - 1,
+      lostUpdates: 0,
+      refusedWrites: 1,
     });
-    expect(zombie.rejectedWrites).toBe(1);
+  });
+
+  it('loses that update when the stock is fenced at the write only, or not at all: the contrast, in the same run', () => {
+    for (const variant of ['write-only', 'unfenced'] as const) {
+      const z = summary.zombies.find((run) => run.variant === variant)!;
+      expect({ variant, problem: z.problem }).toEqual({ variant, problem: undefined });
+      expect(z.takeoverToken).toBeGreaterThan(z.zombieToken!);
+      expect({
+        variant,
+        zombie: z.zombieAnswer?.status,
+        takeover: z.takeoverAnswer?.status,
+      }).toEqual({ variant, zombie: 201, takeover: 201 });
+      // Two sales, one unit off the stock.
+      expect({ variant, sold: z.sold, stockAfter: z.stockAfter, lost: z.lostUpdates }).toEqual({
+        variant,
+        sold: 2,
+        stockAfter: settings.stock - 1,
+        lost: 1,
+      });
+    }
   });
 
   it('reports success, which is what makes the demo exit 0', () => {

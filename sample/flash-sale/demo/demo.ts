@@ -7,7 +7,13 @@ import { startFleet, stopFleet, type AppInstance } from './fleet.js';
 import { runLoad, type LoadResult } from './load.js';
 import { bar, count, ms, table, type Output } from './output.js';
 import type { ProcessRegistry } from './processes.js';
-import { runZombie, type Reply, type ZombieResult } from './zombie.js';
+import {
+  runZombie,
+  zombieProblem,
+  type Reply,
+  type StockVariant,
+  type ZombieResult,
+} from './zombie.js';
 
 export const PRODUCT = { id: 1, name: 'Limited sneakers' } as const;
 
@@ -21,10 +27,10 @@ export interface DemoSettings {
   readonly stock: number;
   /** Latency of the payment step at checkout. */
   readonly paymentMs: number;
-  /** Lease of the order lock in the zombie scenario: short, so it runs out quickly. */
-  readonly orderLockTtlMs: number;
-  /** Latency of paying an order: the window in which the zombie is frozen. */
-  readonly orderPaymentMs: number;
+  /** Lease of the lock on the zombie scene's instances: short, so it runs out quickly. */
+  readonly zombieLeaseMs: number;
+  /** Latency of the payment on the zombie scene's instances: the window the holders are frozen in. */
+  readonly zombiePaymentMs: number;
 }
 
 export const DEMO_DEFAULTS: DemoSettings = Object.freeze({
@@ -34,8 +40,8 @@ export const DEMO_DEFAULTS: DemoSettings = Object.freeze({
   redisNodes: 3,
   stock: 10,
   paymentMs: 5,
-  orderLockTtlMs: 300,
-  orderPaymentMs: 100,
+  zombieLeaseMs: 300,
+  zombiePaymentMs: 100,
 });
 
 export interface DemoOptions extends DemoSettings {
@@ -81,7 +87,8 @@ export interface DemoSummary {
   readonly checks: readonly Check[];
   readonly settings: DemoSettings;
   readonly runs: { readonly unlocked: RunSummary; readonly locked: RunSummary };
-  readonly zombie: ZombieResult;
+  /** The zombie scene, once per way of writing the stock: unfenced, write-only, claimed. */
+  readonly zombies: readonly ZombieResult[];
   readonly durationMs: number;
 }
 
@@ -128,8 +135,6 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
     LOCK_NODES: nodes.map((n) => n.url).join(','),
     DB_FILE: dbFile,
     PAYMENT_MS: String(options.paymentMs),
-    ORDER_LOCK_TTL_MS: String(options.orderLockTtlMs),
-    ORDER_PAYMENT_MS: String(options.orderPaymentMs),
   };
   const fleet = (locks: 'on' | 'off') =>
     startFleet(
@@ -161,16 +166,56 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
     printResults(out, unlocked, locked);
 
     out.line();
-    out.line(out.bold('3/3  The zombie: a paused instance writes after its lease ran out'));
-    const n = lockedFleet.length;
-    const zombie = await runZombie({
-      zombie: lockedFleet[1 % n],
-      takeover: lockedFleet[(1 + Math.max(1, Math.floor(n / 2))) % n],
-      store,
-      productId: PRODUCT.id,
-      leaseMs: options.orderLockTtlMs,
-    });
-    printZombie(out, zombie);
+    out.line(
+      out.bold(
+        '3/3  The zombie: an instance paused after reading the stock writes after its lease ran out',
+      ),
+    );
+    // A pair of instances per way of writing the stock, with a short lease and a slow payment.
+    const variants: StockVariant[] = ['unfenced', 'write-only', 'claimed'];
+    const [pairs] = await Promise.all([
+      timed(out, `${variants.length * 2} instances up (a pair per way of writing the stock)`, () =>
+        Promise.all(
+          variants.map((variant) =>
+            startFleet(
+              {
+                count: 2,
+                entry,
+                env: {
+                  ...env,
+                  LOCKS: 'on',
+                  LOCK_TTL_MS: String(options.zombieLeaseMs),
+                  PAYMENT_MS: String(options.zombiePaymentMs),
+                  STOCK_WRITES: variant,
+                },
+                logDir: workDir,
+                label: `zombie-${variant}`,
+              },
+              registry,
+            ),
+          ),
+        ),
+      ),
+      stopFleet(lockedFleet),
+    ]);
+    const zombies: ZombieResult[] = [];
+    for (const [i, variant] of variants.entries()) {
+      const [zombie, takeover] = pairs[i]!;
+      zombies.push(
+        await runZombie({
+          zombie: zombie!,
+          takeover: takeover!,
+          variant,
+          store,
+          product: PRODUCT,
+          stock: options.stock,
+          leaseMs: options.zombieLeaseMs,
+        }),
+      );
+    }
+    printZombies(out, zombies);
+    const claimed = zombies.find((z) => z.variant === 'claimed')!;
+    const writeOnly = zombies.find((z) => z.variant === 'write-only')!;
 
     const checks: Check[] = [
       {
@@ -185,10 +230,15 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       },
       {
         name:
-          zombie.zombieToken !== undefined && zombie.takeoverToken !== undefined
-            ? `the zombie's late write was refused by its fencing token (${zombie.zombieToken} < ${zombie.takeoverToken})`
-            : "the zombie's late write was refused by its fencing token",
-        ok: zombie.ok,
+          claimed.zombieToken !== undefined && claimed.takeoverToken !== undefined
+            ? `claimed at the read: the zombie's write was refused (${claimed.zombieToken} < ${claimed.takeoverToken}), 0 lost updates`
+            : "claimed at the read: the zombie's write was refused, 0 lost updates",
+        ok: zombieProblem(claimed) === undefined,
+        required: true,
+      },
+      {
+        name: `fenced at the write only: the zombie's write went through, ${writeOnly.lostUpdates ?? '?'} lost update`,
+        ok: zombieProblem(writeOnly) === undefined,
         required: true,
       },
       {
@@ -213,7 +263,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       checks,
       settings: pickSettings(options),
       runs: { unlocked, locked },
-      zombie,
+      zombies,
       durationMs: Math.round(performance.now() - started),
     };
   } finally {
@@ -292,48 +342,78 @@ function printResults(out: Output, unlocked: RunSummary, locked: RunSummary): vo
   for (const line of lines.slice(1)) out.line(line);
 }
 
-function printZombie(out: Output, z: ZombieResult): void {
+function printZombies(out: Output, zombies: readonly ZombieResult[]): void {
   const say = (text: string) => out.line(`  ${text}`);
-  say(
-    `${z.zombie} takes the lock on order ${z.orderId} (fencing token ${z.zombieToken}) and starts charging the card.`,
-  );
-  if (z.pausedMs === undefined) {
-    say(out.fail(z.problem ?? 'the scenario did not run'));
-    return;
-  }
-  say(`${z.zombie} freezes (SIGSTOP); its ${z.leaseMs} ms lease runs out in Redis.`);
-  if (z.takeoverAnswer?.status === 200) {
+  const first = zombies[0];
+  if (first) {
     say(
-      `${z.takeover} waits for the lock, gets it with token ${z.takeoverToken}, charges and marks the order paid ` +
-        `(${ms(z.takeoverMs ?? 0)}).`,
+      `Each pair: the first instance takes the lock, reads the stock (${first.stockBefore}) and starts charging;`,
     );
-  } else {
-    say(out.fail(`${z.takeover} answered ${describeReply(z.takeoverAnswer)}`));
-  }
-  say(
-    `${z.zombie} thaws (SIGCONT) after ${ms(z.pausedMs)} and writes with its token ${z.zombieToken}.`,
-  );
-  const answer = z.zombieAnswer;
-  if (answer?.status === 409 && answer.code === 'STALE_TOKEN') {
     say(
-      `The database refuses it (last token ${answer.lastToken} > ${answer.token}): ` +
-        `${z.zombie} answers 409 STALE_TOKEN.`,
+      `it freezes (SIGSTOP) and its ${first.leaseMs} ms lease runs out. The second gets the lock with a newer token,`,
     );
-  } else {
-    say(`${z.zombie} answers ${describeReply(answer)}.`);
-  }
-  if (z.order) {
     say(
-      `Order ${z.orderId}: ${z.order.status}, by ${z.order.paidBy}, with token ${z.order.lastToken}; ` +
-        `${z.rejectedWrites} refused write${z.rejectedWrites === 1 ? '' : 's'} recorded.`,
+      'reads the same stock and starts charging; it is held there. The first thaws (SIGCONT) and writes, then the second.',
     );
   }
-  if (!z.ok && z.problem) say(out.fail(z.problem));
+  const lines = table([
+    ['', 'without lock', 'with lock'],
+    row('requests', (r) => count(r.requests)),
+    row('sold', (r) => count(r.sold)),
+    row('stock left', (r) => count(r.stockLeft)),
+    row('oversold', (r) => count(r.oversold)),
+    row('answered 409 (busy)', (r) => count(r.busy)),
+    row('answered 410 (sold out)', (r) => count(r.soldOut)),
+    row('fencing rejections', (r) => count(r.fencingRejections)),
+    row('errors', (r) => count(r.errors)),
+    row('latency p50', (r) => ms(r.latencyMs.p50)),
+    row('latency p95', (r) => ms(r.latencyMs.p95)),
+    row('latency p99', (r) => ms(r.latencyMs.p99)),
+    row('wall time', (r) => ms(r.durationMs)),
+  ]);
+  out.line(out.bold(lines[0]));
+  for (const line of lines.slice(1)) out.line(line);
+}
+
+function printZombies(out: Output, zombies: readonly ZombieResult[]): void {
+  const say = (text: string) => out.line(`  ${text}`);
+  const first = zombies[0];
+  if (first) {
+    say(
+      `Each pair: the first instance takes the lock, reads the stock (${first.stockBefore}) and starts charging; it freezes ` +
+        `(SIGSTOP) and its ${first.leaseMs} ms lease runs out. The second gets the lock with a newer token, reads the same ` +
+        'stock and starts charging; it is held there. The first thaws (SIGCONT) and writes, then the second.',
+    );
+  }
+  const lines = table([
+    ['stock write', 'tokens', 'zombie answers', 'sold', 'stock left', 'refused', 'lost updates'],
+    ...zombies.map((z) => [
+      z.variant === 'claimed'
+        ? 'claimed at the read'
+        : z.variant === 'write-only'
+          ? 'fenced at the write only'
+          : 'unfenced',
+      z.zombieToken !== undefined && z.takeoverToken !== undefined
+        ? `${z.zombieToken} → ${z.takeoverToken}`
+        : '?',
+      describeReply(z.zombieAnswer),
+      count(z.sold ?? 0),
+      count(z.stockAfter ?? 0),
+      count(z.refusedWrites ?? 0),
+      count(z.lostUpdates ?? 0),
+    ]),
+  ]);
+  out.line(`  ${out.bold(lines[0]!)}`);
+  for (const line of lines.slice(1)) say(line);
+  for (const z of zombies) {
+    const problem = zombieProblem(z);
+    if (problem) say(out.fail(`${z.variant}: ${problem}`));
+  }
 }
 
 function describeReply(reply: Reply | undefined): string {
   if (!reply) return 'nothing';
-  return [reply.status, reply.code, reply.message].filter((part) => part !== undefined).join(' ');
+  return [reply.status, reply.code].filter((part) => part !== undefined).join(' ');
 }
 
 async function timed<T>(out: Output, what: string, task: () => Promise<T>): Promise<T> {

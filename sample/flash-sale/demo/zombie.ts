@@ -1,38 +1,46 @@
-import type { FlashSaleStore, Order } from '../store/flash-sale.store.js';
+import type { FlashSaleStore } from '../store/flash-sale.store.js';
 import type { AppInstance } from './fleet.js';
 
+/** How the scene's instances write the stock (their STOCK_WRITES). */
+export type StockVariant = 'unfenced' | 'write-only' | 'claimed';
+
 export interface ZombieOptions {
-  /** The instance that is frozen while it holds the order's lock. */
+  /** The instance frozen after its read, while it holds the product's lock. */
   readonly zombie: AppInstance;
-  /** The instance that takes the order over once the lease has run out. */
+  /** The instance that takes the lock once the lease has run out, and sells in between. */
   readonly takeover: AppInstance;
+  readonly variant: StockVariant;
   readonly store: FlashSaleStore;
-  readonly productId: number;
-  /** The order lock's lease (ORDER_LOCK_TTL_MS of the instances). */
+  readonly product: { readonly id: number; readonly name: string };
+  readonly stock: number;
+  /** The lock's lease on the scene's instances (their LOCK_TTL_MS). */
   readonly leaseMs: number;
 }
 
 export interface ZombieResult {
-  /** True when the zombie's late write was refused and the order was paid once, by the takeover. */
-  readonly ok: boolean;
-  /** Why not, when not ok. */
-  readonly problem?: string;
-  readonly orderId: number;
+  readonly variant: StockVariant;
   readonly zombie: string;
   readonly takeover: string;
   readonly leaseMs: number;
+  readonly stockBefore: number;
   readonly zombieToken?: number;
   readonly takeoverToken?: number;
+  /** The stock each read before writing: the same, since the zombie froze before its write. */
+  readonly zombieRead?: number;
+  readonly takeoverRead?: number;
   /** How long the zombie was frozen. */
   readonly pausedMs?: number;
-  /** How long the takeover's request took: waiting for the lease to run out, then paying. */
-  readonly takeoverMs?: number;
-  readonly takeoverAnswer?: Reply;
   readonly zombieAnswer?: Reply;
-  /** The order as the database has it at the end. */
-  readonly order?: Order;
-  /** Writes to the order its fencing token refused, as recorded by the app. */
-  readonly rejectedWrites?: number;
+  readonly takeoverAnswer?: Reply;
+  /** Paid orders at the end, and the stock the database has. */
+  readonly sold?: number;
+  readonly stockAfter?: number;
+  /** Sales the stock column does not account for: sold - (stockBefore - stockAfter). */
+  readonly lostUpdates?: number;
+  /** Writes refused by their fencing token, as recorded by the app. */
+  readonly refusedWrites?: number;
+  /** Set when the scene could not be played as written (not a verdict on the variant). */
+  readonly problem?: string;
 }
 
 export interface Reply {
@@ -40,91 +48,106 @@ export interface Reply {
   readonly code?: string;
   readonly token?: number;
   readonly lastToken?: number;
-  readonly paidBy?: string;
   readonly message?: string;
 }
 
+const HOLDING = /product (\d+): holding product:\d+ with fencing token (\d+), read stock (\d+)/;
+
 /**
- * The zombie: `zombie` takes the lock on a pending order and starts charging
- * the card; it is frozen (SIGSTOP) right there. Its lease runs out in Redis;
- * `takeover` waits for the lock, gets it with a newer token, pays the order
- * and writes. Then the zombie is thawed (SIGCONT) and finishes its work with
- * its old token: the database must refuse that write.
+ * The zombie, as a read-modify-write: `zombie` takes the product's lock,
+ * reads the stock and starts charging the card; it is frozen (SIGSTOP) right
+ * there and its lease runs out in Redis. `takeover` gets the lock with a newer
+ * token, reads the same stock and starts charging; it is held right there. The
+ * zombie is thawed (SIGCONT) and writes the stock it computed from its old
+ * read; then the takeover writes. With the stock claimed at the read
+ * (`claimed`), the zombie's write is refused; fenced at the write only, or not
+ * at all, both writes land and one sale is missing from the stock.
  *
- * Every step waits for an event (a log line, an HTTP answer, a process state),
- * except the lease running out, which takes the lease's time by nature.
+ * Every step waits for an event (a log line, an HTTP answer, a process
+ * state), except the lease running out, which takes the lease's time by nature.
  */
 export async function runZombie(options: ZombieOptions): Promise<ZombieResult> {
-  const { zombie, takeover, store, leaseMs } = options;
-  const created = await call(zombie.url, '/orders', { productId: options.productId });
-  if (created.status !== 201 || typeof created.id !== 'number') {
-    throw new Error(
-      `${zombie.name} could not create an order: ${created.status} ${created.message}`,
-    );
-  }
-  const orderId = created.id;
-  const base = { orderId, zombie: zombie.name, takeover: takeover.name, leaseMs };
+  const { zombie, takeover, store, product, leaseMs, variant, stock } = options;
+  store.restock(product.id, product.name, stock);
+  const base = {
+    variant,
+    zombie: zombie.name,
+    takeover: takeover.name,
+    leaseMs,
+    stockBefore: stock,
+  };
+  const path = `/products/${product.id}/purchase`;
 
-  const holding = zombie.process.waitForLine(
-    new RegExp(`order ${orderId}: holding order:${orderId} with fencing token (\\d+)`),
-    10_000,
-  );
+  const zombieHolding = zombie.process.waitForLine(HOLDING, 10_000);
   let zombieAnswered = false;
-  const zombieAnswer = call(zombie.url, `/orders/${orderId}/pay`).then((reply) => {
+  const zombieAnswer = call(zombie.url, path).then((reply) => {
     zombieAnswered = true;
     return reply;
   });
   zombieAnswer.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
-  const zombieToken = Number((await holding)[1]);
+  const [, , zombieToken, zombieRead] = (await zombieHolding).map(Number);
   await zombie.process.pause();
   const pausedAt = performance.now();
-
   // The zombie must be frozen before its write, or there is nothing to show.
-  if (zombieAnswered || store.order(orderId)?.status !== 'pending') {
+  if (zombieAnswered) {
     await zombie.process.resume();
-    await zombieAnswer.catch(() => undefined);
     return {
       ...base,
-      ok: false,
       zombieToken,
-      problem: `${zombie.name} finished paying before it could be frozen (the machine may be very busy)`,
+      problem: `${zombie.name} finished its sale before it could be frozen (the machine may be very busy)`,
     };
   }
 
-  const takeoverStarted = performance.now();
-  const takeoverAnswer = await call(takeover.url, `/orders/${orderId}/pay`);
-  const takeoverMs = Math.round(performance.now() - takeoverStarted);
+  const takeoverHolding = takeover.process.waitForLine(HOLDING, 10_000);
+  const takeoverAnswer = call(takeover.url, path);
+  takeoverAnswer.catch(() => undefined);
+  const [, , takeoverToken, takeoverRead] = (await takeoverHolding).map(Number);
+  await takeover.process.pause();
   await zombie.process.resume();
   const pausedMs = Math.round(performance.now() - pausedAt);
-  const answer = await zombieAnswer;
-  const final = store.order(orderId);
-  const rejectedWrites = store.rejectedWrites(`order:${orderId}`);
-  const takeoverToken = takeoverAnswer.lastToken;
+  const zombieReply = await zombieAnswer;
+  await takeover.process.resume();
+  const takeoverReply = await takeoverAnswer;
 
-  const result = {
+  const audit = store.audit(product.id);
+  return {
     ...base,
     zombieToken,
     takeoverToken,
+    zombieRead,
+    takeoverRead,
     pausedMs,
-    takeoverMs,
-    takeoverAnswer,
-    zombieAnswer: answer,
-    order: final,
-    rejectedWrites,
+    zombieAnswer: zombieReply,
+    takeoverAnswer: takeoverReply,
+    sold: audit.sold,
+    stockAfter: audit.stock,
+    lostUpdates: audit.sold - (stock - audit.stock),
+    refusedWrites: audit.rejectedWrites,
   };
-  const problem =
-    takeoverAnswer.status !== 200
-      ? `${takeover.name} could not take the order over: ${takeoverAnswer.status} ${takeoverAnswer.message ?? ''}`
-      : !(takeoverToken !== undefined && takeoverToken > zombieToken)
-        ? `${takeover.name} paid with token ${takeoverToken}, not newer than ${zombieToken}`
-        : answer.status !== 409 || answer.code !== 'STALE_TOKEN'
-          ? `${zombie.name}'s late write was not refused: it answered ${answer.status} ${answer.code ?? ''}`
-          : final?.paidBy !== takeover.name || final.lastToken !== takeoverToken
-            ? `order ${orderId} ended as ${JSON.stringify(final)}`
-            : rejectedWrites !== 1
-              ? `the app recorded ${rejectedWrites} refused writes to order ${orderId}, not 1`
-              : undefined;
-  return problem ? { ...result, ok: false, problem } : { ...result, ok: true };
+}
+
+/** What the scene must show for each variant; undefined when it did. */
+export function zombieProblem(z: ZombieResult): string | undefined {
+  if (z.problem) return z.problem;
+  if (!(z.takeoverToken! > z.zombieToken!))
+    return `${z.takeover} sold with token ${z.takeoverToken}, not newer than ${z.zombieToken}`;
+  if (z.zombieRead !== z.takeoverRead)
+    return `the two holders read different stocks (${z.zombieRead}, ${z.takeoverRead}): the interleaving did not happen`;
+  if (z.takeoverAnswer?.status !== 201)
+    return `${z.takeover} could not sell: ${z.takeoverAnswer?.status} ${z.takeoverAnswer?.message ?? ''}`;
+  if (z.variant === 'claimed') {
+    if (z.zombieAnswer?.status !== 409 || z.zombieAnswer.code !== 'STALE_TOKEN')
+      return `${z.zombie}'s late write was not refused: it answered ${z.zombieAnswer?.status} ${z.zombieAnswer?.code ?? ''}`;
+    if (z.lostUpdates !== 0 || z.sold !== 1)
+      return `${z.sold} sold and ${z.lostUpdates} lost updates with claimed writes, not 1 and 0`;
+    if (z.refusedWrites !== 1) return `the app recorded ${z.refusedWrites} refused writes, not 1`;
+    return undefined;
+  }
+  // The contrast: the zombie's write went through, and the stock lost a sale.
+  if (z.zombieAnswer?.status !== 201)
+    return `${z.zombie} answered ${z.zombieAnswer?.status} ${z.zombieAnswer?.code ?? ''}, expected its write to go through`;
+  if (z.lostUpdates !== 1) return `${z.lostUpdates} lost updates, expected 1`;
+  return undefined;
 }
 
 async function call(base: string, path: string, body?: object): Promise<Reply & { id?: number }> {
@@ -142,7 +165,6 @@ async function call(base: string, path: string, body?: object): Promise<Reply & 
     code: pick<string>('code', 'string'),
     token: pick<number>('token', 'number'),
     lastToken: pick<number>('lastToken', 'number'),
-    paidBy: pick<string>('paidBy', 'string'),
     message: pick<string>('message', 'string'),
   };
 }

@@ -44,9 +44,14 @@ export class OrdersService {
   }
 
   private async capture(orderId: number, lock: Lock): Promise<Order> {
-    const order = this.find(orderId);
-    if (order.status === 'paid') throw new AlreadyPaidException(orderId, order.paidBy);
     const token = lock.token!;
+    // The read claims the order with the token: a holder paused since its read cannot mark it paid
+    // any more once this one has read it.
+    const read = this.store.claimOrder(orderId, token, this.config.instance);
+    if (!read) throw new NotFoundException(`There is no order ${orderId}.`);
+    if (!read.written) throw new StaleTokenException(`order ${orderId}`, read);
+    const order = read.value;
+    if (order.status === 'paid') throw new AlreadyPaidException(orderId, order.paidBy);
     this.logger.log(
       `order ${orderId}: holding ${lock.resources[0]} with fencing token ${token}, charging the card`,
     );
@@ -59,7 +64,7 @@ export class OrdersService {
     });
     if (!write.written) {
       this.logger.warn(
-        `order ${orderId}: write with fencing token ${token} refused, a newer lock holder wrote with token ${write.lastToken}`,
+        `order ${orderId}: write with fencing token ${token} refused, a newer lock holder claimed the order with token ${write.lastToken}`,
       );
       throw new StaleTokenException(`order ${orderId}`, write);
     }

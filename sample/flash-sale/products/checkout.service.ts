@@ -1,4 +1,4 @@
-import { Inject, Injectable, NotFoundException } from '@nestjs/common';
+import { Inject, Injectable, Logger, NotFoundException } from '@nestjs/common';
 import { FencingToken, Locked } from 'nestjs-redis-lock';
 import { flashSaleConfig, type FlashSaleConfig } from '../flash-sale.config.js';
 import { SoldOutException, StaleTokenException } from '../flash-sale.errors.js';
@@ -17,6 +17,8 @@ export interface Sale {
 
 @Injectable()
 export class CheckoutService {
+  private readonly logger = new Logger('Checkout');
+
   constructor(
     private readonly store: FlashSaleStore,
     private readonly payments: PaymentsService,
@@ -38,8 +40,9 @@ export class CheckoutService {
    * the Redis nodes whichever instance asks. The stock is read again under
    * the lock. A buyer who finds another buyer's checkout holding the item
    * waits up to a second (backing off), then gets 409 with Retry-After from
-   * the lock-context interceptor. The fencing token goes with the write, so a
-   * holder that lost its lock cannot overwrite a newer sale.
+   * the lock-context interceptor. The read claims the product's row with the
+   * fencing token and the write needs that claim to stand, so a holder that
+   * lost its lock after reading cannot write a stock computed from a stale read.
    */
   @Locked('product:<0>', { wait: 1000 })
   purchase(productId: number, @FencingToken() token?: number): Promise<Sale> {
@@ -51,20 +54,43 @@ export class CheckoutService {
     return this.sell(productId, undefined);
   }
 
-  /** Read the stock, charge the buyer (slow), write the sale. */
+  /** Read the stock (claiming it, under the lock), charge the buyer (slow), write the sale. */
   private async sell(productId: number, token: number | undefined): Promise<Sale> {
-    const { stock } = this.inStock(productId);
+    const { instance, stockWrites } = this.config;
+    const product =
+      token !== undefined && stockWrites === 'claimed'
+        ? this.claim(productId, token)
+        : this.inStock(productId);
+    if (product.stock <= 0) throw new SoldOutException(productId);
+    if (token !== undefined) {
+      this.logger.log(
+        `product ${productId}: holding product:${productId} with fencing token ${token}, read stock ${product.stock}, charging`,
+      );
+    }
     const paymentRef = await this.payments.charge(`product-${productId}`, this.config.paymentMs);
-    const { instance } = this.config;
     const write = this.store.recordSale({
       productId,
-      stock: stock - 1,
+      stock: product.stock - 1,
       paymentRef,
       instance,
-      token,
+      // `unfenced` (a demo contrast) writes as if there were no token.
+      token: stockWrites === 'unfenced' ? undefined : token,
+      writes: stockWrites === 'write-only' ? 'write-only' : 'claimed',
     });
-    if (!write.written) throw new StaleTokenException(`product ${productId}`, write);
-    return { orderId: write.value.id, productId, stockLeft: stock - 1, token, instance };
+    if (!write.written) {
+      this.logger.warn(
+        `product ${productId}: write with fencing token ${token} refused, a newer lock holder claimed the row with token ${write.lastToken}`,
+      );
+      throw new StaleTokenException(`product ${productId}`, write);
+    }
+    return { orderId: write.value.id, productId, stockLeft: product.stock - 1, token, instance };
+  }
+
+  /** The product read under the lock, its row claimed with the token. */
+  private claim(productId: number, token: number): Product {
+    const read = this.store.claimProduct(productId, token, this.config.instance);
+    if (!read.written) throw new StaleTokenException(`product ${productId}`, read);
+    return read.value;
   }
 
   private inStock(productId: number): Product {

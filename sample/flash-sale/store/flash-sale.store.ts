@@ -1,4 +1,5 @@
 import Database from 'better-sqlite3';
+import { FencedWriteError, sqliteFence, type SqliteFencedTable } from 'nestjs-redis-lock/fenced';
 
 export interface Product {
   readonly id: number;
@@ -19,7 +20,15 @@ export interface Order {
   readonly lastToken: number;
 }
 
-/** What a fenced write did: written, or refused because a newer lock holder wrote first. */
+/**
+ * How a sale under the lock writes the stock: `claimed` (the safe pattern: the
+ * read claims the row with the token, the write needs the claim to stand) or
+ * `write-only` (`... WHERE last_token < :token` at the write only, which a
+ * holder paused after its read gets through). The demo runs both.
+ */
+export type StockWrites = 'claimed' | 'write-only';
+
+/** What a fenced read or write did: done, or refused because a newer lock holder claimed the row. */
 export type FencedWrite<T> =
   | { readonly written: true; readonly value: T }
   | { readonly written: false; readonly token: number; readonly lastToken: number };
@@ -81,15 +90,23 @@ interface OrderRow {
  * readers never wait for the writer; busy_timeout, so a writer waits for
  * another instance's write instead of failing).
  *
- * Fenced writes compare and write in one statement:
- * `UPDATE ... SET ..., last_token = :token WHERE id = :id AND last_token < :token`.
- * Reading the token first and comparing in code would not be atomic.
+ * A read-modify-write under a lock (read the stock, charge, write the stock
+ * minus one) goes through nestjs-redis-lock/fenced: the read claims the row
+ * with the lock's fencing token (`UPDATE ... SET last_token = :token WHERE
+ * id = :id AND last_token <= :token RETURNING *`) and the write changes it
+ * only where the row still carries that token. A holder paused after its read
+ * cannot write once the next holder has read. Fencing the write alone
+ * (`WHERE last_token < :token`) would let it, and one sale would be lost.
  */
 export class FlashSaleStore {
   private readonly statements: ReturnType<typeof prepareStatements>;
+  private readonly products: SqliteFencedTable<ProductRow & Record<string, unknown>>;
+  private readonly orders: SqliteFencedTable<OrderRow & Record<string, unknown>>;
 
   private constructor(private readonly db: Database.Database) {
     this.statements = prepareStatements(db);
+    this.products = sqliteFence(db, { table: 'products' });
+    this.orders = sqliteFence(db, { table: 'orders' });
   }
 
   /** Opens (and creates) the shared file; safe to call from several processes at once. */
@@ -106,14 +123,29 @@ export class FlashSaleStore {
 
   product(id: number): Product | undefined {
     const row = this.statements.product.get(id);
-    return row && { id: row.id, name: row.name, stock: row.stock, lastToken: row.last_token };
+    return row && toProduct(row);
+  }
+
+  /**
+   * The read of a read-modify-write under the product's lock: the product as
+   * it is now, its row claimed with `token` in the same statement. Refused
+   * (and recorded) when a newer lock holder has claimed it already.
+   */
+  claimProduct(id: number, token: number, instance: string): FencedWrite<Product> {
+    try {
+      const row = this.products.claim({ id }, token);
+      return { written: true, value: toProduct(row) };
+    } catch (error) {
+      if (error instanceof FencedWriteError) return this.rejected('products', id, token, instance);
+      throw error;
+    }
   }
 
   /**
    * Records a sale: the product's new stock and a paid order, in one
-   * transaction. With a fencing token the stock write is fenced and nothing
-   * is written when a newer holder wrote first; without one (no lock) it is
-   * a plain write, last writer wins.
+   * transaction. With a fencing token the stock write is fenced, `claimed`
+   * (after claimProduct) or `write-only`, and nothing is written when a newer
+   * holder claimed the row; without one (no lock) it is a plain write.
    */
   recordSale(sale: {
     productId: number;
@@ -121,16 +153,24 @@ export class FlashSaleStore {
     paymentRef: string;
     instance: string;
     token: number | undefined;
+    writes?: StockWrites;
   }): FencedWrite<Order> {
     return this.db
       .transaction((): FencedWrite<Order> => {
-        const { productId, stock, paymentRef, instance, token } = sale;
+        const { productId, stock, paymentRef, instance, token, writes = 'claimed' } = sale;
         if (token === undefined) {
           this.statements.setStock.run({ id: productId, stock });
-        } else if (
-          this.statements.setStockFenced.run({ id: productId, stock, token }).changes === 0
-        ) {
-          return this.rejected('products', productId, token, instance);
+        } else if (writes === 'write-only') {
+          if (this.statements.setStockWriteOnly.run({ id: productId, stock, token }).changes === 0)
+            return this.rejected('products', productId, token, instance);
+        } else {
+          try {
+            this.products.write({ id: productId }, token, { stock });
+          } catch (error) {
+            if (error instanceof FencedWriteError)
+              return this.rejected('products', productId, token, instance);
+            throw error;
+          }
         }
         const { lastInsertRowid } = this.statements.insertOrder.run({
           productId,
@@ -157,38 +197,40 @@ export class FlashSaleStore {
 
   order(id: number): Order | undefined {
     const row = this.statements.order.get(id);
-    return (
-      row && {
-        id: row.id,
-        productId: row.product_id,
-        status: row.status,
-        paidBy: row.paid_by,
-        paymentRef: row.payment_ref,
-        lastToken: row.last_token,
-      }
-    );
+    return row && toOrder(row);
   }
 
-  /** Marks an order paid, fenced: refused when a newer lock holder wrote the order first. */
+  /** The order, its row claimed with `token` (the read before paying it); refused and recorded when a newer holder claimed it. */
+  claimOrder(id: number, token: number, instance: string): FencedWrite<Order> | undefined {
+    if (!this.order(id)) return undefined;
+    try {
+      return { written: true, value: toOrder(this.orders.claim({ id }, token)) };
+    } catch (error) {
+      if (error instanceof FencedWriteError) return this.rejected('orders', id, token, instance);
+      throw error;
+    }
+  }
+
+  /** Marks a claimed order paid: refused when a newer lock holder claimed the order since. */
   payOrder(payment: {
     orderId: number;
     paymentRef: string;
     instance: string;
     token: number;
   }): FencedWrite<Order> {
-    return this.db
-      .transaction((): FencedWrite<Order> => {
-        const { orderId, paymentRef, instance, token } = payment;
-        const { changes } = this.statements.payOrderFenced.run({
-          id: orderId,
-          paidBy: instance,
-          paymentRef,
-          token,
-        });
-        if (changes === 0) return this.rejected('orders', orderId, token, instance);
-        return { written: true, value: this.order(orderId)! };
-      })
-      .immediate();
+    const { orderId, paymentRef, instance, token } = payment;
+    try {
+      const row = this.orders.write({ id: orderId }, token, {
+        status: 'paid',
+        paid_by: instance,
+        payment_ref: paymentRef,
+      });
+      return { written: true, value: toOrder(row) };
+    } catch (error) {
+      if (error instanceof FencedWriteError)
+        return this.rejected('orders', orderId, token, instance);
+      throw error;
+    }
   }
 
   /** Puts a product on sale with `stock` units, forgetting its earlier orders (demo runs start clean). */
@@ -264,7 +306,9 @@ function prepareStatements(db: Database.Database) {
     setStock: db.prepare<{ id: number; stock: number }>(
       'UPDATE products SET stock = :stock WHERE id = :id',
     ),
-    setStockFenced: db.prepare<{ id: number; stock: number; token: number }>(
+    // Fenced at the write only: what the demo measures against the claimed write. A holder paused
+    // after its read gets through it while the next holder is between its read and its write.
+    setStockWriteOnly: db.prepare<{ id: number; stock: number; token: number }>(
       'UPDATE products SET stock = :stock, last_token = :token WHERE id = :id AND last_token < :token',
     ),
     insertOrder: db.prepare<{
@@ -280,18 +324,24 @@ function prepareStatements(db: Database.Database) {
     order: db.prepare<[number], OrderRow>(
       'SELECT id, product_id, status, paid_by, payment_ref, last_token FROM orders WHERE id = ?',
     ),
-    payOrderFenced: db.prepare<{
-      id: number;
-      paidBy: string;
-      paymentRef: string;
-      token: number;
-    }>(
-      `UPDATE orders SET status = 'paid', paid_by = :paidBy, payment_ref = :paymentRef, last_token = :token
-       WHERE id = :id AND last_token < :token`,
-    ),
     reject: db.prepare<{ target: string; token: number; lastToken: number; instance: string }>(
       `INSERT INTO rejected_writes (target, token, last_token, instance)
        VALUES (:target, :token, :lastToken, :instance)`,
     ),
+  };
+}
+
+function toProduct(row: ProductRow): Product {
+  return { id: row.id, name: row.name, stock: row.stock, lastToken: row.last_token };
+}
+
+function toOrder(row: OrderRow): Order {
+  return {
+    id: row.id,
+    productId: row.product_id,
+    status: row.status,
+    paidBy: row.paid_by,
+    paymentRef: row.payment_ref,
+    lastToken: row.last_token,
   };
 }
