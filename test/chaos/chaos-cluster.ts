@@ -26,7 +26,13 @@ import {
   withParentDeathSignal,
 } from '../support/redis-nodes.js';
 import { engineReady } from '../support/engine-ready.js';
-import { check, operations, type CheckResult, type ClientFate } from './checker.js';
+import {
+  check,
+  operations,
+  type CheckInput,
+  type CheckResult,
+  type ClientFate,
+} from './checker.js';
 import { buildClockShim, shiftedClockEnv } from './clock-shim.js';
 import type { EngineBuild } from './engine-variants.js';
 import { FaultProxy, PASS, type Fault } from './fault-proxy.js';
@@ -336,7 +342,7 @@ export class ChaosClient {
 }
 
 export interface ClusterOptions {
-  /** Indices of nodes started with the clock-shift shim, whose wall clock can jump. */
+  /** Indices of nodes started with the clock-shift shim, whose wall clock can be stepped. */
   readonly clockShifted?: readonly number[];
   /** What the clients' choices follow (each client gets its own seed from it). Default 1. */
   readonly seed?: number;
@@ -347,6 +353,8 @@ export interface Finished {
   readonly seconds: number;
   /** Steps of the host's wall clock seen during the run. */
   readonly wallClockSteps: readonly WallClockStep[];
+  /** What the checker was given, to judge the same run differently (a control). */
+  readonly input: CheckInput;
 }
 
 /** Five nodes behind five proxies, the stores, the clients and the history. */
@@ -360,6 +368,8 @@ export class ChaosCluster extends EventEmitter {
   private readonly proxyFaults = new Map<number, FaultEvent>();
   private readonly nodeFaults = new Map<string, FaultEvent>();
   private readonly shiftFiles = new Map<number, string>();
+  /** How far each shifted node's wall clock is ahead, in ms. */
+  private readonly shifts = new Map<number, number>();
   private readonly wallClock = new WallClockWatch();
   private run = 0;
   private started = now();
@@ -439,7 +449,10 @@ export class ChaosCluster extends EventEmitter {
     await Promise.all(this.clients.map((c) => c.kill()));
     this.clients = [];
     await this.heal();
-    for (const file of this.shiftFiles.values()) writeFileSync(file, '0');
+    for (const [i, file] of this.shiftFiles) {
+      writeFileSync(file, '0');
+      this.shifts.set(i, 0);
+    }
     await Promise.all([...this.nodes, this.store].map((n) => n.cli('FLUSHALL')));
     await Promise.all(this.nodes.map((n) => this.loadScripts(n)));
     this.run++;
@@ -512,8 +525,13 @@ export class ChaosCluster extends EventEmitter {
     this.emit('progress');
   }
 
-  recordFault(kind: string, target: string, note?: string): FaultEvent {
-    const fault: FaultEvent = { kind, target, start: now(), ...(note ? { note } : {}) };
+  recordFault(
+    kind: string,
+    target: string,
+    note?: string,
+    extra: Partial<FaultEvent> = {},
+  ): FaultEvent {
+    const fault: FaultEvent = { kind, target, start: now(), ...(note ? { note } : {}), ...extra };
     this.faults.push(fault);
     return fault;
   }
@@ -641,12 +659,25 @@ export class ChaosCluster extends EventEmitter {
     fault.end = now();
   }
 
-  /** Moves node `i`'s wall clock `ms` ahead of the real one (it must run with the shim). */
-  jumpClock(i: number, ms: number): void {
-    const file = this.shiftFiles.get(i);
-    if (!file) throw new Error(`node ${i} was not started with the clock-shift shim`);
-    writeFileSync(file, String(ms));
-    this.recordFault('clock-jump', `node${i}`, `+${ms} ms`);
+  /**
+   * Steps the wall clocks of nodes `indices` `ms` forward (backward when
+   * negative), as a time sync that steps instead of slewing would. The
+   * nodes must run with the shim. Recorded as an instant per node, which
+   * the checker weighs against the overlaps it finds.
+   */
+  stepClocks(indices: readonly number[], ms: number): void {
+    for (const i of indices) {
+      if (!this.shiftFiles.has(i))
+        throw new Error(`node ${i} was not started with the clock-shift shim`);
+    }
+    for (const i of indices) {
+      const shift = (this.shifts.get(i) ?? 0) + ms;
+      writeFileSync(this.shiftFiles.get(i)!, String(shift));
+      this.shifts.set(i, shift);
+      const note = `${ms > 0 ? '+' : ''}${ms} ms`;
+      const fault = this.recordFault('clock-step', `node${i}`, note, { stepMs: ms });
+      fault.end = fault.start;
+    }
   }
 
   /** The wall clock node `i` reports (TIME), in epoch ms. */
@@ -686,16 +717,19 @@ export class ChaosCluster extends EventEmitter {
     const clients = new Map<string, ClientFate>(
       this.clients.map((c) => [c.id, { killedAt: c.killedAt, crashed: c.crashed }]),
     );
-    const result = check({
-      events: this.events,
+    const input: CheckInput = {
+      events: [...this.events],
       faults: this.faults,
       clients,
       stores: [sqliteSnapshot, redis.store],
       control: redis.control,
       residue,
-    });
+      nodes: this.nodes.length,
+      hostClockSteps: [...this.wallClock.steps],
+    };
     return {
-      result,
+      result: check(input),
+      input,
       seconds: (now() - this.started) / 1000,
       wallClockSteps: [...this.wallClock.steps],
     };

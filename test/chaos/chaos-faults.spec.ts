@@ -6,8 +6,14 @@
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { ACQUIRE, FENCE_WRITEBACK } from '../../lib/engine/lua-scripts.js';
-import { ChaosCluster, deadline, scriptCall, type ChaosClient } from './chaos-cluster.js';
-import { type CheckResult, violationCounts } from './checker.js';
+import {
+  ChaosCluster,
+  deadline,
+  scriptCall,
+  type ChaosClient,
+  type Finished,
+} from './chaos-cluster.js';
+import { check, type CheckResult, violationCounts } from './checker.js';
 import { buildEngine } from './engine-variants.js';
 import { figureRow, reportFigures, type FigureRow } from './figures.js';
 import type { TrappedLink } from './fault-proxy.js';
@@ -18,6 +24,9 @@ const TTL = 300;
 /** A lease for the sections a test needs to stay held through a fault, under any machine load. */
 const LONG_TTL = 1000;
 const CLOCK_NODE = 4;
+const ALL_NODES = [0, 1, 2, 3, 4];
+/** A step of every node's wall clock: two thirds of the default lease. */
+const CLOCK_STEP = 200;
 /** How long a test waits for something the clients must do soon. */
 const SOON = 15_000;
 const real = buildEngine('real');
@@ -26,7 +35,8 @@ let cluster: ChaosCluster;
 const figures: FigureRow[] = [];
 
 beforeAll(async () => {
-  cluster = await ChaosCluster.start({ clockShifted: [CLOCK_NODE] });
+  // Every node can have its wall clock stepped; the shim changes nothing until a test does.
+  cluster = await ChaosCluster.start({ clockShifted: ALL_NODES });
 }, 60_000);
 afterAll(async () => {
   await cluster?.stop();
@@ -34,12 +44,16 @@ afterAll(async () => {
 });
 beforeEach(() => cluster.reset(), 30_000);
 
-/** Checks the run, records its figures and returns the result. */
-async function finish(run: string, build = 'real'): Promise<CheckResult> {
-  const { result, seconds, wallClockSteps } = await cluster.finish();
+/** Checks the run, records its figures and returns what the checker got and found. */
+async function finishRun(run: string, build = 'real'): Promise<Finished> {
+  const finished = await cluster.finish();
+  const { result, seconds, wallClockSteps } = finished;
   figures.push(figureRow(run, build, result, seconds, wallClockSteps));
-  return result;
+  return finished;
 }
+
+const finish = async (run: string, build?: string): Promise<CheckResult> =>
+  (await finishRun(run, build)).result;
 
 function expectNoViolations(result: CheckResult): void {
   expect(result.violations.slice(0, 5)).toEqual([]);
@@ -259,7 +273,7 @@ describe('chaos: node faults', () => {
     expect(before.nodes[CLOCK_NODE].holder).toBe(before.holder);
 
     const skew = Date.now();
-    cluster.jumpClock(CLOCK_NODE, 2 * 3_600_000);
+    cluster.stepClocks([CLOCK_NODE], 2 * 3_600_000);
     expect((await cluster.nodeTime(CLOCK_NODE)) - skew).toBeGreaterThan(2 * 3_600_000 - 60_000);
     const after = await cluster.admin.inspect(held);
     // The jumped node let the key expire; the other four still hold the lock.
@@ -272,6 +286,57 @@ describe('chaos: node faults', () => {
     await cluster.moreGrants(10, SOON, 'after the jump', resources);
     expect((await long.done).acquired).toBe(true);
     expectNoViolations(await finish('clock jump +2 h on one node'));
+  }, 120_000);
+
+  it("every node's wall clock stepped forward during 300 ms leases gives two holders at once, as the stated assumption allows: the fenced stores refuse the older holder's late writes, while the unfenced counter loses an update", async () => {
+    const [first, second] = await cluster.startClients(2, { engine: real });
+    const resource = 'order:clock-step';
+    // The first holder reads the counter, finds its lock held and stops itself before it writes.
+    const early = first.section({ resource, pauseAt: 'before-write' });
+    await early.stopped;
+    // The next one asks at once, and keeps asking while the lock stands.
+    const next = second.section({ resource });
+    // Every node now ends the first lease 200 ms before the first holder's own clock does.
+    cluster.stepClocks(ALL_NODES, CLOCK_STEP);
+    const overtaken = await next.done;
+    await first.resume();
+    const late = await early.done;
+
+    expect(overtaken.acquired).toBe(true);
+    expect(late.acquired).toBe(true);
+    expect(overtaken.token).toBeGreaterThan(late.token!);
+    const lateWrites = completions(first, 'write:sqlite').concat(completions(first, 'write:redis'));
+    expect(lateWrites.map((e) => [e.type, e.error?.slice(0, 8)])).toEqual([
+      ['fail', 'rejected'],
+      ['fail', 'rejected'],
+    ]);
+
+    // More leases cut short while two clients contend.
+    for (const c of [first, second]) c.loop(2, resources, 0);
+    for (let i = 0; i < 3; i++) {
+      await cluster.moreGrants(5, SOON, 'between clock steps');
+      cluster.stepClocks(ALL_NODES, CLOCK_STEP);
+    }
+    await cluster.moreGrants(5, SOON, 'after the clock steps');
+
+    const { result, input } = await finishRun(`clock step +${CLOCK_STEP} ms on every node`);
+    // The two holders overlapped by less than the step, and the fences kept the stores right.
+    expectNoViolations(result);
+    const overlaps = result.expected.filter((e) => e.kind === 'overlap');
+    expect(overlaps.some((e) => e.resource === resource)).toBe(true);
+    for (const e of overlaps)
+      expect(e.message).toMatch(/expected by the stated assumption .*covered by fencing$/);
+    expect(result.refusedWrites).toBeGreaterThanOrEqual(2);
+    // Negative controls: the unfenced counter lost the first holder's update, and the same
+    // history without the fenced stores is judged as two holders at once.
+    expect(result.lostControlUpdates).toBeGreaterThanOrEqual(1);
+    const unfenced = check({ ...input, stores: [] });
+    expect(unfenced.violations.filter((v) => v.kind === 'overlap')).toHaveLength(overlaps.length);
+    expect(unfenced.expected).toEqual([]);
+    // Judged again, not run again: no seconds of its own.
+    figures.push(
+      figureRow('the same, judged without the fenced stores', 'real, unfenced', unfenced, 0),
+    );
   }, 120_000);
 });
 

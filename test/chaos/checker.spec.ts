@@ -9,7 +9,14 @@ import { setTimeout as hold } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { check, operations, violationCounts, type CheckInput } from './checker.js';
 import { buildClockShim, shiftedClockEnv } from './clock-shim.js';
-import { clockOrigin, now, WallClockWatch, type OpEvent, type StoreSnapshot } from './history.js';
+import {
+  clockOrigin,
+  now,
+  WallClockWatch,
+  type FaultEvent,
+  type OpEvent,
+  type StoreSnapshot,
+} from './history.js';
 
 /** Builds one client's history step by step, on a fake clock. */
 class History {
@@ -218,6 +225,79 @@ describe('chaos checker', () => {
     const c = valid.hold('c1', 'r', 1, 100, 150);
     valid.write('c1', c, 1, 110, 'fail', { error: 'rejected', validAtEnd: true });
     expect(kinds(valid, { stores: [store([], [])] })).toEqual({ 'valid-holder-rejected': 1 });
+  });
+
+  it('takes an overlap no longer than a forward clock step on a majority of the nodes as expected, but only where the fenced stores show it covered', () => {
+    // c1 is granted at 100 (valid until 400) and stops before it writes; the nodes' clocks step
+    // 200 ms forward at 120, so they drop its keys at about 200; c2 is granted at 210 and writes;
+    // c1 writes at 300, while its own clock still counts the lock valid, and is refused.
+    const h = new History();
+    const a = h.hold('c1', 'r', 1, 100, 320);
+    const b = h.hold('c2', 'r', 2, 210, 230);
+    h.write('c2', b, 2, 220, 'ok', { validAtEnd: true });
+    h.write('c1', a, 1, 300, 'fail', { error: 'rejected', validAtEnd: true });
+    const fenced = store([['r', 2, 'c2:2']], [['r', 2, 'c2:2']]);
+    const step = (nodes: number[], ms: number, at = 120): FaultEvent[] =>
+      nodes.map((i) => ({
+        kind: 'clock-step',
+        target: `node${i}`,
+        start: at,
+        end: at,
+        stepMs: ms,
+      }));
+    const all = [0, 1, 2, 3, 4];
+
+    const result = check({ events: h.events, stores: [fenced], faults: step(all, 200) });
+    expect(result.violations).toEqual([]);
+    expect(result.expected.map((e) => e.kind)).toEqual(['overlap', 'valid-holder-rejected']);
+    expect(result.expected[0].message).toMatch(
+      /^c2#\d+ was granted 110\.0 ms before c1#\d+'s holding ended: expected by the stated assumption \(a forward clock step of 200 ms on a majority of the nodes\), covered by fencing$/,
+    );
+    // Steps add up; the host's wall clock is every node's.
+    expect(
+      check({
+        events: h.events,
+        stores: [fenced],
+        faults: [...step(all, 60), ...step(all, 60, 130)],
+      }).violations,
+    ).toEqual([]);
+    const host = check({
+      events: h.events,
+      stores: [fenced],
+      hostClockSteps: [{ since: 110, at: 130, ms: 150 }],
+    });
+    expect(host.violations).toEqual([]);
+    expect(host.expected[0].details).toMatch(
+      /host wall-clock steps meanwhile: \+150 ms \+15\.0\.\.\+35\.0$/,
+    );
+
+    const twoHolders = { overlap: 1, 'valid-holder-rejected': 1 };
+    // A step too small, or one on a minority only, does not explain the overlap.
+    expect(kinds(h, { stores: [fenced], faults: step(all, 100) })).toEqual(twoHolders);
+    expect(
+      kinds(h, { stores: [fenced], faults: [...step([0, 1], 200), ...step([2, 3, 4], 100)] }),
+    ).toEqual(twoHolders);
+    // Nor does one before c1's lease was set: the nodes set its expiry on the stepped clock.
+    expect(kinds(h, { stores: [fenced], faults: step(all, 200, 50) })).toEqual(twoHolders);
+    // Without a fenced store nothing shows the overlap harmless.
+    expect(kinds(h, { faults: step(all, 200) })).toEqual({ overlap: 1 });
+    // An unfenced store took c1's late write over c2's: the overlap lost a write.
+    const unfenced = new History();
+    const c = unfenced.hold('c1', 'r', 1, 100, 320);
+    const d = unfenced.hold('c2', 'r', 2, 210, 230);
+    unfenced.write('c2', d, 2, 220, 'ok');
+    unfenced.write('c1', c, 1, 300, 'ok');
+    const overwritten = store(
+      [
+        ['r', 2, 'c2:2'],
+        ['r', 1, 'c1:1'],
+      ],
+      [['r', 1, 'c1:1']],
+    );
+    expect(kinds(unfenced, { stores: [overwritten], faults: step(all, 200) })).toEqual({
+      overlap: 1,
+      'store-regression': 1,
+    });
   });
 
   it('reports a token that is no positive safe integer, and a failed write the store kept', () => {

@@ -32,6 +32,8 @@ export interface FigureRow {
   readonly refusedWrites: number;
   readonly lostControlUpdates: number;
   readonly violations: number;
+  /** Findings a stated assumption allows and fencing covered (overlaps under a clock step). */
+  readonly expected: number;
   /** Steps of the host's wall clock during the run, in ms. */
   readonly wallClockSteps: readonly number[];
   readonly seconds: number;
@@ -53,6 +55,7 @@ export function figureRow(
     refusedWrites: result.refusedWrites,
     lostControlUpdates: result.lostControlUpdates,
     violations: result.violations.length,
+    expected: result.expected.length,
     wallClockSteps: wallClockSteps.map((s) => Math.round(s.ms)),
     seconds,
   };
@@ -82,6 +85,7 @@ function runTable(rows: readonly FigureRow[]): string {
       'refused',
       'lost ctl',
       'violations',
+      'expected',
       'wall steps',
       's',
     ],
@@ -94,6 +98,7 @@ function runTable(rows: readonly FigureRow[]): string {
       count(f.refusedWrites),
       count(f.lostControlUpdates),
       count(f.violations),
+      count(f.expected),
       steps(f.wallClockSteps),
       f.seconds.toFixed(1),
     ]),
@@ -112,13 +117,14 @@ function buildTable(rows: readonly FigureRow[]): string {
   const sum = (list: readonly FigureRow[], pick: (r: FigureRow) => number) =>
     list.reduce((total, r) => total + pick(r), 0);
   return table(
-    ['build', 'runs', 'operations', 'faults', 'violations', 'wall steps', 's'],
+    ['build', 'runs', 'operations', 'faults', 'violations', 'expected', 'wall steps', 's'],
     [...builds].map(([build, list]) => [
       build,
       count(list.length),
       count(sum(list, (r) => r.operations)),
       count(sum(list, (r) => r.faults)),
       count(sum(list, (r) => r.violations)),
+      count(sum(list, (r) => r.expected)),
       count(sum(list, (r) => r.wallClockSteps.length)),
       sum(list, (r) => r.seconds).toFixed(1),
     ]),

@@ -143,6 +143,8 @@ export interface FaultEvent {
   readonly start: number;
   end?: number;
   readonly note?: string;
+  /** A `clock-step` of a node's wall clock: by how many ms (forward when positive). */
+  readonly stepMs?: number;
 }
 
 /** One accepted write as a fenced store logged it, in the order it was accepted. */
