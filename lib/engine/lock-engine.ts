@@ -114,6 +114,22 @@ function uncounted(reply: AcquireReply, why: string): AcquireReply {
   if (isGranted(reply)) throw new Error(`granted, but not counted toward the quorum: ${why}`);
   return reply;
 }
+/**
+ * A fenced grant carries a token per resource. One found again after a resend
+ * reads its counter back, and a counter deleted or evicted meanwhile gives
+ * none: that node's grant then cannot vouch for a token, and does not count.
+ */
+function withTokens(reply: AcquireReply, count: number): AcquireReply {
+  if (!isGranted(reply)) return reply;
+  for (let r = 1; r <= count; r++) {
+    if (typeof reply[r] !== 'number') {
+      throw new Error(
+        'granted, but without a fencing token (its fence counter was deleted or evicted); not counted toward the quorum',
+      );
+    }
+  }
+  return reply;
+}
 const isOne = (reply: unknown) => reply === 1;
 const isPositive = (reply: unknown) => typeof reply === 'number' && reply > 0;
 
@@ -657,7 +673,8 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
               : node.run(ACQUIRE, keys, args)
           ) as Promise<AcquireReply>;
           const excluded = this.restarts[i].excluded();
-          return excluded === undefined ? sent : sent.then((reply) => uncounted(reply, excluded));
+          if (excluded !== undefined) return sent.then((reply) => uncounted(reply, excluded));
+          return fencing ? sent.then((reply) => withTokens(reply, keys.length)) : sent;
         };
         // Just reconnected: whether the node restarted is being read (one INFO round trip).
         const checking = this.restarts[i].pending();
@@ -710,14 +727,8 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     const tokens = new Array<number>(count).fill(0);
     for (const reply of round.replies) {
       if (reply?.[0] !== 1) continue;
-      // A grant found again after a resend reads the counter back; one that expired meanwhile
-      // gives no number, and that node then only counts once the write-back below reaches it.
-      for (let r = 0; r < count; r++) {
-        const token = reply[r + 1];
-        if (typeof token === 'number' && token > tokens[r]) tokens[r] = token;
-      }
+      for (let r = 0; r < count; r++) tokens[r] = Math.max(tokens[r], reply[r + 1]);
     }
-    if (tokens.includes(0)) return undefined;
     const overflow = tokens.findIndex((token) => !Number.isSafeInteger(token));
     if (overflow >= 0) {
       throw new LockConfigurationError(

@@ -269,6 +269,74 @@ describe('scripts on a connection', () => {
   });
 });
 
+describe('a grant read again after a resend', () => {
+  it('without its fencing token does not count, and says why instead of reporting an overflow', async () => {
+    const node = redis.nodes[1];
+    const proxy = await FaultProxy.start(node.port);
+    // A client of the user's: ioredis re-sends a command whose reply was lost to a reconnect.
+    const client = new Redis(proxy.url);
+    clients.push(client);
+    try {
+      const engine = await engineOn([client], { fenceCounter: 'resource', ttl: 10_000 });
+      // The node knows the scripts, so the trapped request is the acquisition by SHA.
+      await (await engine.tryAcquire(unique('warm-up'))).release();
+      const resource = unique('resent');
+      const key = keyOf(resource);
+      const checker = admin(node.url);
+      const trapped = proxy.trap([ACQUIRE.sha, key], 'replies');
+      const attempt = engine.tryAcquire(resource).catch((e: unknown) => e);
+      const link = await trapped;
+      // The first copy ran; its reply is held. The counter goes before the copy is re-sent.
+      while ((await checker.exists(key)) === 0);
+      await checker.del(`${key}:fence`);
+      link.sever();
+      const error = await attempt;
+      expect(error).toBeInstanceOf(LockUnavailableError);
+      expect((error as Error).message).toContain('without a fencing token');
+      expect((error as Error).message).not.toContain('2^53');
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
+describe('line order between processes whose clocks disagree', () => {
+  it('ranks a waiter whose process clock runs 5 s behind by when it really began to wait', async () => {
+    const urls = redis.nodes.map((n) => n.url);
+    const [holder, early] = await Promise.all([engineOn(urls), engineOn(urls)]);
+    const resource = unique('skewed');
+    const held = await holder.tryAcquire(resource);
+    const order: string[] = [];
+    const lined = nextLockEvent(early, 'contended', resource, 2);
+    const first = early.acquire(resource).then((lock) => {
+      order.push('early');
+      return lock.release();
+    });
+    await lined;
+    // A process whose wall clock is 5 s behind: it connects and begins to wait after the other.
+    const real = Object.getOwnPropertyDescriptor(Performance.prototype, 'timeOrigin')!;
+    const behind = performance.timeOrigin - 5000;
+    Object.defineProperty(performance, 'timeOrigin', { value: behind, configurable: true });
+    let second: Promise<unknown>;
+    let skewed: LockEngine;
+    try {
+      skewed = await engineOn(urls);
+      const lined2 = nextLockEvent(skewed, 'contended', resource, 2);
+      second = skewed.acquire(resource).then((lock) => {
+        order.push('late');
+        return lock.release();
+      });
+      await lined2;
+    } finally {
+      delete (performance as { timeOrigin?: number }).timeOrigin;
+      expect(Object.getOwnPropertyDescriptor(Performance.prototype, 'timeOrigin')).toEqual(real);
+    }
+    await held.release();
+    await Promise.all([first, second]);
+    expect(order).toEqual(['early', 'late']);
+  });
+});
+
 describe('round timing', () => {
   it('times a node from when its commands leave, not from when the call was made', async () => {
     const engine = await engineOn([redis.nodes[1].url], { ttl: 1000, nodeTimeout: 50 });
