@@ -357,35 +357,6 @@ function printZombies(out: Output, zombies: readonly ZombieResult[]): void {
     );
   }
   const lines = table([
-    ['', 'without lock', 'with lock'],
-    row('requests', (r) => count(r.requests)),
-    row('sold', (r) => count(r.sold)),
-    row('stock left', (r) => count(r.stockLeft)),
-    row('oversold', (r) => count(r.oversold)),
-    row('answered 409 (busy)', (r) => count(r.busy)),
-    row('answered 410 (sold out)', (r) => count(r.soldOut)),
-    row('fencing rejections', (r) => count(r.fencingRejections)),
-    row('errors', (r) => count(r.errors)),
-    row('latency p50', (r) => ms(r.latencyMs.p50)),
-    row('latency p95', (r) => ms(r.latencyMs.p95)),
-    row('latency p99', (r) => ms(r.latencyMs.p99)),
-    row('wall time', (r) => ms(r.durationMs)),
-  ]);
-  out.line(out.bold(lines[0]));
-  for (const line of lines.slice(1)) out.line(line);
-}
-
-function printZombies(out: Output, zombies: readonly ZombieResult[]): void {
-  const say = (text: string) => out.line(`  ${text}`);
-  const first = zombies[0];
-  if (first) {
-    say(
-      `Each pair: the first instance takes the lock, reads the stock (${first.stockBefore}) and starts charging; it freezes ` +
-        `(SIGSTOP) and its ${first.leaseMs} ms lease runs out. The second gets the lock with a newer token, reads the same ` +
-        'stock and starts charging; it is held there. The first thaws (SIGCONT) and writes, then the second.',
-    );
-  }
-  const lines = table([
     ['stock write', 'tokens', 'zombie answers', 'sold', 'stock left', 'refused', 'lost updates'],
     ...zombies.map((z) => [
       z.variant === 'claimed'
