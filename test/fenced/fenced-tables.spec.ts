@@ -27,7 +27,7 @@ import {
   type FencedTableOptions,
   type SqlDialect,
 } from '../../lib/fenced/index.js';
-import { startPostgres, type PostgresServer } from '../support/postgres.js';
+import { ignoreShutdownErrors, startPostgres, type PostgresServer } from '../support/postgres.js';
 
 interface Product extends Record<string, unknown> {
   id: number;
@@ -65,7 +65,7 @@ let kyselySqlite: AnyKysely;
 
 beforeAll(async () => {
   [server, dir] = await Promise.all([startPostgres(), mkdtemp(join(tmpdir(), 'fenced-sqlite-'))]);
-  pool = quietOnShutdown(new pg.Pool({ ...server.connection, max: 4 }));
+  pool = ignoreShutdownErrors(new pg.Pool({ ...server.connection, max: 4 }));
   sqlite = new Database(join(dir, 'plain.sqlite'));
   typeormPg = new DataSource({
     type: 'postgres',
@@ -77,7 +77,7 @@ beforeAll(async () => {
   await Promise.all([typeormPg.initialize(), typeormSqlite.initialize()]);
   kyselyPg = new Kysely({
     dialect: new PostgresDialect({
-      pool: quietOnShutdown(new pg.Pool({ ...server.connection, max: 2 })),
+      pool: ignoreShutdownErrors(new pg.Pool({ ...server.connection, max: 2 })),
     }),
   });
   kyselySqlite = new Kysely({
@@ -97,18 +97,6 @@ afterAll(async () => {
   await server?.stop();
   if (dir) await rm(dir, { recursive: true, force: true });
 });
-
-/**
- * An idle pooled connection that the server's shutdown closes emits 'error' on
- * its pool (57P01), which without a listener is an uncaught exception; any
- * other error stays one.
- */
-function quietOnShutdown(created: pg.Pool): pg.Pool {
-  created.on('error', (error: Error & { code?: string }) => {
-    if (error.code !== '57P01') throw error;
-  });
-  return created;
-}
 
 const stores: Store[] = [
   {

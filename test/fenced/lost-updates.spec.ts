@@ -18,7 +18,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import pg from 'pg';
-import { startPostgres, type PostgresServer } from '../support/postgres.js';
+import { ignoreShutdownErrors, startPostgres, type PostgresServer } from '../support/postgres.js';
 import { waitForProcState } from '../support/redis-nodes.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import {
@@ -111,7 +111,7 @@ describe('a read-modify-write counter under paused holders and killed lock nodes
       startPostgres(),
       mkdtemp(join(tmpdir(), 'lost-updates-')),
     ]);
-    pool = new pg.Pool({ ...postgres.connection, max: 2 });
+    pool = ignoreShutdownErrors(new pg.Pool({ ...postgres.connection, max: 2 }));
     for (const table of ['counter_pg', 'counter_typeorm', 'counter_write_only']) {
       await pool.query(
         `CREATE TABLE ${table} (id integer PRIMARY KEY, n integer NOT NULL, last_token bigint NOT NULL DEFAULT 0)`,

@@ -292,3 +292,17 @@ export class PostgresServer {
 export function startPostgres(): Promise<PostgresServer> {
   return PostgresServer.start();
 }
+
+/**
+ * An idle pooled connection that the server's shutdown closes makes its pool
+ * (pg.Pool) emit 'error' (57P01), which without a listener ends the process,
+ * also when the pool was already asked to end. Any other error still throws.
+ */
+export function ignoreShutdownErrors<
+  P extends { on(event: 'error', listener: (error: Error & { code?: string }) => void): unknown },
+>(pool: P): P {
+  pool.on('error', (error) => {
+    if (error.code !== '57P01') throw error;
+  });
+  return pool;
+}
