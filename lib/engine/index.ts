@@ -5,6 +5,13 @@ export {
   MAX_RESOURCE_LENGTH,
 } from './lock-engine.js';
 export { Lock, type ReleaseResult } from './lock.js';
+export {
+  LeaderElection,
+  LeadershipEndedError,
+  type LeaderElectionOptions,
+  type LeaderTerm,
+  type RetirementReason,
+} from './leader-election.js';
 export type { LockEvents, NodeResults } from './lock-events.js';
 export type { NodeRestart } from './node-restarts.js';
 export * from './lock-errors.js';
