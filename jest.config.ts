@@ -11,6 +11,9 @@ const config: JestConfigWithTsJest = {
   modulePathIgnorePatterns: ['<rootDir>/dist/'],
   moduleNameMapper: {
     '^(\\.{1,2}/.*)\\.js$': '$1',
+    // The sample imports the package by name; under test that is lib/, not a build in dist/.
+    '^nestjs-redis-lock$': '<rootDir>/lib/index.ts',
+    '^nestjs-redis-lock/(engine|health|telemetry|fenced|testing)$': '<rootDir>/lib/$1/index.ts',
   },
   testTimeout: 30_000,
   maxWorkers: 2,

@@ -97,20 +97,7 @@ export class LockAdmin {
         }
       }),
     );
-    const votes = new Map<string, number>();
-    for (const n of nodes) if (n.holder) votes.set(n.holder, (votes.get(n.holder) ?? 0) + 1);
-    const [holder, count] = [...votes].sort((a, b) => b[1] - a[1])[0] ?? [undefined, 0];
-    const held = count >= this.quorum;
-    const ttls = nodes.filter((n) => held && n.holder === holder).map((n) => n.ttl!);
-    const fences = nodes.map((n) => n.fence).filter((f): f is number => typeof f === 'number');
-    return {
-      resource,
-      held,
-      holder: held ? holder : undefined,
-      ttl: ttls.length > 0 ? Math.min(...ttls) : undefined,
-      fence: fences.length > 0 ? Math.max(...fences) : undefined,
-      nodes,
-    };
+    return judgeInspection(resource, nodes, this.quorum);
   }
 
   /**
@@ -336,4 +323,30 @@ export class LockAdmin {
 
 function escapeGlob(text: string): string {
   return text.replace(/[*?[\]\\]/g, '\\$&');
+}
+
+/**
+ * @internal What the nodes' answers about `resource` add up to: held when a
+ * quorum holds the same value. Shared with the in-memory engine of the
+ * testing entry point, so both judge alike.
+ */
+export function judgeInspection(
+  resource: string,
+  nodes: readonly NodeLockState[],
+  quorum: number,
+): LockInspection {
+  const votes = new Map<string, number>();
+  for (const n of nodes) if (n.holder) votes.set(n.holder, (votes.get(n.holder) ?? 0) + 1);
+  const [holder, count] = [...votes].sort((a, b) => b[1] - a[1])[0] ?? [undefined, 0];
+  const held = count >= quorum;
+  const ttls = nodes.filter((n) => held && n.holder === holder).map((n) => n.ttl!);
+  const fences = nodes.map((n) => n.fence).filter((f): f is number => typeof f === 'number');
+  return {
+    resource,
+    held,
+    holder: held ? holder : undefined,
+    ttl: ttls.length > 0 ? Math.min(...ttls) : undefined,
+    fence: fences.length > 0 ? Math.max(...fences) : undefined,
+    nodes,
+  };
 }

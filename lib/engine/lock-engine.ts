@@ -6,6 +6,7 @@ import type { LockEvents, NodeResults } from './lock-events.js';
 import {
   LockAbortedError,
   LockBusyError,
+  LockClosingError,
   LockConfigurationError,
   type LockError,
   LockLostError,
@@ -34,6 +35,7 @@ import { quorumRound, roundFailures, type RoundResult } from './quorum-round.js'
 import { ReleaseChannel } from './release-channel.js';
 import { lineLease, retryDelay } from './retry-delay.js';
 import { WaitQueues, type Ticket } from './wait-queue.js';
+import { WarningLimiter } from './warning-limiter.js';
 
 /**
  * Fence counters created with a TTL start at the wall clock in ms times this:
@@ -45,7 +47,15 @@ const FENCE_SEED_SCALE = 1024;
 const SINGLE_ATTEMPT: RetryOptions = Object.freeze({ attempts: 0 });
 
 /** The options a single call takes (`autoExtend` only with using()). */
-const CALL_OPTIONS = new Set(['ttl', 'waitTimeout', 'retry', 'signal', 'autoExtend']);
+const CALL_OPTIONS = new Set([
+  'ttl',
+  'waitTimeout',
+  'unavailableTimeout',
+  'retry',
+  'signal',
+  'autoExtend',
+  'onReleased',
+]);
 
 /** Longest resource name accepted; longer ones are almost always a key built from the wrong value. */
 export const MAX_RESOURCE_LENGTH = 512;
@@ -64,7 +74,10 @@ interface Request {
   readonly drift: number;
   readonly retry: ResolvedRetry;
   readonly waitTimeout: number;
+  readonly unavailableTimeout: number;
   readonly signal: AbortSignal | undefined;
+  /** The caller's signal joined with the engine's shutdown, made once the acquisition waits. */
+  waitSignal?: AbortSignal;
   /** performance.now() when the acquisition began. */
   readonly started: number;
   /** Set once the acquisition waits (lines up or sleeps before another attempt), for the `waited` event. */
@@ -156,6 +169,17 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   /** floor(n / 2) + 1 */
   readonly quorum: number;
   private closed = false;
+  /** Set by close() or drain(): no new locks, waiters stop waiting. */
+  private draining = false;
+  /** Aborted when draining begins: wakes every waiter. */
+  private readonly closing = new AbortController();
+  /** Locks granted by this engine and not yet released or lost, for a graceful shutdown. */
+  private readonly held = new Set<Lock>();
+  /** Resolves a drain() waiting for the last held lock. */
+  private onDrained: (() => void) | undefined;
+  private closingDown: Promise<void> | undefined;
+  /** Warnings about the same node within a short time, folded into one. */
+  private readonly warnings = new WarningLimiter((message) => this.options.logger.warn(message));
   private readonly queues = new WaitQueues();
   private readonly retryPolicies = new WeakMap<RetryOptions, ResolvedRetry>();
   /** Hears releases from other processes; undefined when notifications are off. */
@@ -242,6 +266,8 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     let ticket: Ticket | undefined;
     let acquired = false;
     let granting: RoundResult<AcquireReply> | undefined;
+    /** When the attempts in a row that found too few nodes began. */
+    let unavailableSince: number | undefined;
     try {
       if (request.retry.attempts > 0 && this.queues.has(request.queueId)) {
         // Others of this process already wait for these keys: line up behind them. Promoted
@@ -261,9 +287,15 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
         }
         if (ticket) ticket.waiter = request.waiter;
         if ('lock' in outcome) {
-          acquired = true;
           const { lock, round } = outcome;
           granting = round;
+          if (this.draining) {
+            // Granted while the engine began to shut down: nothing may start under it now.
+            await lock.release();
+            throw this.failed(request, attempt, new LockClosingError(request.resources));
+          }
+          acquired = true;
+          this.held.add(lock);
           if (request.waiting) this.emitWaited(request, attempt, true);
           if (this.listenerCount('acquired') > 0) {
             this.emit('acquired', {
@@ -276,6 +308,14 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
           return lock;
         }
         const now = performance.now();
+        if (outcome.busy) unavailableSince = undefined;
+        else unavailableSince ??= now;
+        const outage =
+          unavailableSince === undefined
+            ? Infinity
+            : unavailableSince + request.unavailableTimeout - now;
+        if (outage <= 0)
+          throw this.failed(request, attempt, outcome.error(), nodeResults(outcome.round));
         if (attempt > request.retry.attempts || now >= deadline) {
           const nodes = nodeResults(outcome.round);
           if (!outcome.busy) throw this.failed(request, attempt, outcome.error(), nodes);
@@ -301,7 +341,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
         // say). The head asks again at once instead of after a delay nothing will cut short.
         if (outcome.joinedBehind) delay = 0;
         if (!outcome.busy) {
-          await this.pause(Math.min(delay, deadline - now), request, attempt);
+          await this.pause(Math.min(delay, deadline - now, outage), request, attempt);
         } else if (!ticket) {
           ticket = await this.lineUp(request);
           // A release may have come before the subscription was in place: the head asks again now.
@@ -349,14 +389,25 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     attempts: number,
   ): Promise<void> {
     try {
-      await ticket.wait(delay, deadline, request.signal);
+      await ticket.wait(delay, deadline, this.waitSignal(request));
     } catch {
-      throw this.failed(
-        request,
-        attempts,
-        new LockAbortedError(request.resources, request.signal?.reason),
-      );
+      throw this.failed(request, attempts, this.stoppedWaiting(request));
     }
+  }
+
+  /** The signal a wait listens to: the caller's, and the engine's shutdown. */
+  private waitSignal(request: Request): AbortSignal {
+    request.waitSignal ??= request.signal
+      ? AbortSignal.any([request.signal, this.closing.signal])
+      : this.closing.signal;
+    return request.waitSignal;
+  }
+
+  /** Why a wait ended early: the engine shuts down, or the caller aborted. */
+  private stoppedWaiting(request: Request): LockError {
+    return this.draining
+      ? new LockClosingError(request.resources)
+      : new LockAbortedError(request.resources, request.signal?.reason);
   }
 
   /** One attempt: the lock, or LockBusyError (with retryAfter) when someone else holds it. */
@@ -383,7 +434,8 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     try {
       return await routine(lock);
     } finally {
-      await lock.release();
+      const result = await lock.release();
+      options.onReleased?.(result);
     }
   }
 
@@ -471,17 +523,21 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     // waiting for the answers).
     for (const key of lock.keys) this.queues.released(key);
     const round = await releasing;
+    // Only now: a close() waiting for this lock must not close the connections under its release.
+    this.forget(lock);
     const failures = roundFailures(this.nodes, round.errors);
-    if (failures.length > 0) {
-      this.options.logger.warn(
-        `Release of ${lock.resources.join(', ')} did not reach ${failures.length} node(s); ` +
-          `their copy expires with the lease (${failures.map((f) => `${f.node}: ${f.error.message}`).join('; ')}).`,
+    for (const failure of failures) {
+      this.warnings.warn(
+        failure.node,
+        `Release of ${lock.resources.join(', ')} did not reach node ${failure.node}; ` +
+          `its copy expires with the lease (${failure.error.message}).`,
       );
     }
-    const result = {
+    const result: ReleaseResult = {
       released: round.yes >= this.quorum,
       nodesReleased: round.yes,
       nodesNotHeld: round.no,
+      nodesPending: this.nodes.length - round.yes - round.no - round.failed,
       failures,
     };
     if (this.listenerCount('released') > 0) {
@@ -509,6 +565,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
 
   /** @internal Called by a lock that was lost. */
   lockLost(lock: Lock, error: LockLostError): void {
+    this.forget(lock);
     if (this.listenerCount('lost') > 0)
       this.emit('lost', { lock, error, held: performance.now() - lock.grantedAt });
   }
@@ -591,11 +648,62 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     return this.admin.health();
   }
 
-  /** Closes the connections the engine opened; clients passed in stay open. */
-  async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    await Promise.all([this.channel?.close(), ...this.nodes.map((node) => node.close())]);
+  /**
+   * Shuts the engine down gracefully, then closes the connections it opened
+   * (clients passed in stay open). See {@link drain} for the first part;
+   * `timeout` (default `shutdownTimeout`) bounds it, and 0 closes at once,
+   * releasing the locks still held first.
+   */
+  close(options: { timeout?: number } = {}): Promise<void> {
+    this.closingDown ??= (async () => {
+      await this.drain(options.timeout);
+      this.closed = true;
+      await Promise.all([this.channel?.close(), ...this.nodes.map((node) => node.close())]);
+    })();
+    return this.closingDown;
+  }
+
+  /**
+   * The graceful part of shutting down, with the connections left open:
+   * new acquisitions fail at once with {@link LockClosingError}, and so do
+   * the callers waiting for a lock; the locks in flight keep being extended
+   * until their holders release them, for up to `timeout` ms (default
+   * `shutdownTimeout`). Locks still held then have their signal aborted
+   * (`LockLostError`) and are released on every node. Resolves when no lock
+   * of this engine is held.
+   */
+  async drain(timeout: number = this.options.shutdownTimeout): Promise<void> {
+    checkMs('timeout', timeout, 0);
+    if (!this.draining) {
+      this.draining = true;
+      this.closing.abort();
+    }
+    if (this.held.size > 0 && timeout > 0) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, timeout);
+        const previous = this.onDrained;
+        this.onDrained = () => {
+          clearTimeout(timer);
+          previous?.();
+          resolve();
+        };
+      });
+    }
+    const left = [...this.held];
+    for (const lock of left) {
+      lock.lost(
+        `the lock engine shut down before its holder released it (shutdownTimeout ${timeout} ms)`,
+      );
+    }
+    await Promise.all(left.map((lock) => lock.release()));
+  }
+
+  /** A lock of this engine is no longer held: the last one lets a drain() finish. */
+  private forget(lock: Lock): void {
+    if (!this.held.delete(lock) || this.held.size > 0) return;
+    const drained = this.onDrained;
+    this.onDrained = undefined;
+    drained?.();
   }
 
   /** Keeps the lease renewed until the lock is released or lost. */
@@ -640,6 +748,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       throw new LockOptionsError(
         'The lock engine is closed; locks can no longer be taken with it.',
       );
+    if (this.draining) throw new LockClosingError(request.resources);
     if (request.signal?.aborted)
       throw new LockAbortedError(request.resources, request.signal.reason);
     const { ttl, keys } = request;
@@ -836,13 +945,9 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   private async pause(ms: number, request: Request, attempts: number): Promise<void> {
     request.waiting = true;
     try {
-      await sleep(ms, undefined, request.signal ? { signal: request.signal } : undefined);
+      await sleep(ms, undefined, { signal: this.waitSignal(request) });
     } catch {
-      throw this.failed(
-        request,
-        attempts,
-        new LockAbortedError(request.resources, request.signal?.reason),
-      );
+      throw this.failed(request, attempts, this.stoppedWaiting(request));
     }
   }
 
@@ -858,6 +963,11 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
           `There is no lock option '${key}'; a call takes ${[...CALL_OPTIONS].join(', ')}.`,
         );
       }
+    }
+    if (options.onReleased !== undefined && typeof options.onReleased !== 'function') {
+      throw new LockOptionsError(
+        `onReleased must be a function that takes the release result (got ${typeof options.onReleased}).`,
+      );
     }
     if (options.autoExtend !== undefined && typeof options.autoExtend !== 'boolean') {
       throw new LockOptionsError(
@@ -887,6 +997,10 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
         options.waitTimeout === undefined
           ? defaults.waitTimeout
           : checkMs('waitTimeout', options.waitTimeout, 0),
+      unavailableTimeout:
+        options.unavailableTimeout === undefined
+          ? defaults.unavailableTimeout
+          : checkMs('unavailableTimeout', options.unavailableTimeout, 0),
       signal: options.signal,
       started: performance.now(),
       waiting: false,

@@ -73,7 +73,7 @@ export interface NodeFailure {
  * and nothing was granted. Distinct from busy: this is an outage to alert on.
  */
 export class LockUnavailableError extends LockError {
-  override readonly code = 'LOCK_UNAVAILABLE';
+  override readonly code: string = 'LOCK_UNAVAILABLE';
 
   constructor(
     readonly resources: readonly string[],
@@ -81,12 +81,36 @@ export class LockUnavailableError extends LockError {
     readonly quorum: number,
     readonly nodeCount: number,
     what = 'lock',
+    message?: string,
   ) {
     super(
-      `Could not ${what} ${describeResources(resources)}: ${quorum} of ${nodeCount} Redis node${nodeCount === 1 ? '' : 's'} must answer, ` +
-        `but ${failures.length} failed (${failures.map((f) => `${f.node}: ${f.error.message}`).join('; ')}). ` +
-        adviceFor(failures),
+      message ??
+        `Could not ${what} ${describeResources(resources)}: ${quorum} of ${nodeCount} Redis node${nodeCount === 1 ? '' : 's'} must answer, ` +
+          `but ${failures.length} failed (${failures.map((f) => `${f.node}: ${f.error.message}`).join('; ')}). ` +
+          adviceFor(failures),
       { cause: failures[0]?.error },
+    );
+  }
+}
+
+/**
+ * The engine is shutting down (`close()`, or the application's shutdown
+ * hooks): it takes no new locks, and callers waiting for one stop waiting.
+ * A {@link LockUnavailableError}, so it is answered as one (503): another
+ * instance can serve the request.
+ */
+export class LockClosingError extends LockUnavailableError {
+  override readonly code = 'LOCK_CLOSING';
+
+  constructor(resources: readonly string[]) {
+    super(
+      resources,
+      [],
+      0,
+      0,
+      'lock',
+      `Could not lock ${describeResources(resources)}: this instance is shutting down and takes no new locks. ` +
+        'Send the request to another instance, or retry once this one has restarted.',
     );
   }
 }

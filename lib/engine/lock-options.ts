@@ -1,5 +1,6 @@
 import type { Cluster, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import { LockOptionsError } from './lock-errors.js';
+import type { ReleaseResult } from './lock.js';
 
 /**
  * A Redis Cluster as ONE lock node: the engine opens an ioredis `Cluster`
@@ -65,6 +66,13 @@ export interface AcquireOptions {
   retry?: RetryOptions;
   /** Stop waiting when this signal aborts (throws `LockAbortedError`). */
   signal?: AbortSignal;
+  /**
+   * How long to keep trying while too few nodes answer (an outage, not a
+   * busy lock), in ms from the first such attempt in a row; then the
+   * acquisition fails with `LockUnavailableError`, however long `waitTimeout`
+   * would wait for a busy lock. Default 1000.
+   */
+  unavailableTimeout?: number;
 }
 
 /** Options of `using()`: an acquisition plus automatic extension. */
@@ -75,6 +83,12 @@ export interface UsingOptions extends AcquireOptions {
    * the lease ends.
    */
   autoExtend?: boolean;
+  /**
+   * Told what the final release found (`using()` never throws over it, and
+   * returns the routine's result): for logs or metrics of releases that
+   * missed nodes or found the lock expired.
+   */
+  onReleased?: (result: ReleaseResult) => void;
 }
 
 export interface LockEngineOptions {
@@ -93,6 +107,18 @@ export interface LockEngineOptions {
   driftFactor?: number;
   /** Default wait deadline of `acquire()` in ms. Default 10000. */
   waitTimeout?: number;
+  /**
+   * How long an acquisition keeps trying while too few nodes answer (an
+   * outage), in ms; independent of `waitTimeout`, which is for busy locks.
+   * Default 1000.
+   */
+  unavailableTimeout?: number;
+  /**
+   * How long `close()` (and the application's shutdown) waits for the locks
+   * in flight to be released before it aborts their signals and releases
+   * them itself, in ms. Default 10000.
+   */
+  shutdownTimeout?: number;
   retry?: RetryOptions;
   /** Issue fencing tokens with every grant. Default true. */
   fencing?: boolean;
@@ -151,6 +177,8 @@ export interface ResolvedEngineOptions {
   readonly nodeTimeout: number | undefined;
   readonly driftFactor: number;
   readonly waitTimeout: number;
+  readonly unavailableTimeout: number;
+  readonly shutdownTimeout: number;
   readonly retry: ResolvedRetry;
   readonly fencing: boolean;
   readonly fenceCounter: 'node' | 'resource';
@@ -168,6 +196,8 @@ export const LOCK_DEFAULTS = Object.freeze({
   ttl: 5000,
   driftFactor: 0.01,
   waitTimeout: 10_000,
+  unavailableTimeout: 1000,
+  shutdownTimeout: 10_000,
   retry: Object.freeze({ attempts: Infinity, delay: 10, factor: 5, maxDelay: 200, jitter: 0.5 }),
   fencing: true,
   fenceCounter: 'node' as 'node' | 'resource',
@@ -190,6 +220,8 @@ const KNOWN_ENGINE_KEYS = new Set<string>([
   'nodeTimeout',
   'driftFactor',
   'waitTimeout',
+  'unavailableTimeout',
+  'shutdownTimeout',
   'retry',
   'fencing',
   'fenceCounter',
@@ -221,13 +253,28 @@ function describe(value: unknown): string {
 function rejectUnknownKeys(
   where: string,
   value: Record<string, unknown>,
-  known: Set<string>,
+  known: ReadonlySet<string>,
+  alsoKnown: readonly string[] = [],
 ): void {
   for (const key of Object.keys(value)) {
-    if (!known.has(key) && value[key] !== undefined) {
-      fail(`${where} has no option '${key}'; the options are: ${[...known].join(', ')}.`);
+    if (!known.has(key) && !alsoKnown.includes(key) && value[key] !== undefined) {
+      fail(
+        `${where} has no option '${key}'; the options are: ${[...known, ...alsoKnown].join(', ')}.`,
+      );
     }
   }
+}
+
+/**
+ * Refuses keys that are neither engine options nor `moduleKeys` (the options
+ * a framework layer reads itself), naming them all in the message.
+ */
+export function rejectUnknownOptions(
+  where: string,
+  options: unknown,
+  moduleKeys: readonly string[],
+): void {
+  if (isObject(options)) rejectUnknownKeys(where, options, KNOWN_ENGINE_KEYS, moduleKeys);
 }
 
 /** A whole number of milliseconds within [min, max]. */
@@ -450,6 +497,14 @@ export function resolveEngineOptions(options: unknown): ResolvedEngineOptions {
     fail('Lock options must be an object such as { nodes: ["redis://localhost:6379"] }.');
   rejectUnknownKeys('Lock options', options, KNOWN_ENGINE_KEYS);
   const { nodes } = options;
+  if (typeof nodes === 'string') {
+    const parts = nodes.split(',').map((part) => part.trim()).filter(Boolean);
+    fail(
+      `nodes must be an array with one entry per Redis node, not one string (got ${describe(nodes)}). ` +
+        `Write nodes: ${JSON.stringify(parts.length > 0 ? parts : ['redis://localhost:6379'])}` +
+        (parts.length > 1 ? ", or split a comma-separated setting: nodes: value.split(',')." : '.'),
+    );
+  }
   if (!Array.isArray(nodes) || nodes.length === 0) {
     fail('nodes must list at least one Redis node, e.g. nodes: ["redis://localhost:6379"].');
   }
@@ -486,6 +541,16 @@ export function resolveEngineOptions(options: unknown): ResolvedEngineOptions {
       'the usual value is 0.01',
     ),
     waitTimeout: checkMs('waitTimeout', options.waitTimeout ?? LOCK_DEFAULTS.waitTimeout, 0),
+    unavailableTimeout: checkMs(
+      'unavailableTimeout',
+      options.unavailableTimeout ?? LOCK_DEFAULTS.unavailableTimeout,
+      0,
+    ),
+    shutdownTimeout: checkMs(
+      'shutdownTimeout',
+      options.shutdownTimeout ?? LOCK_DEFAULTS.shutdownTimeout,
+      0,
+    ),
     retry: resolveRetry('retry', options.retry, LOCK_DEFAULTS.retry),
     fencing: checkBoolean('fencing', options.fencing ?? LOCK_DEFAULTS.fencing),
     fenceCounter: checkFenceCounter(options.fenceCounter ?? LOCK_DEFAULTS.fenceCounter),

@@ -8,6 +8,12 @@ export interface ReleaseResult {
   readonly nodesReleased: number;
   /** Nodes where the lock had already expired or another holder had it. */
   readonly nodesNotHeld: number;
+  /**
+   * Nodes whose answer was not awaited: a release resolves as soon as its
+   * outcome is decided (a quorum released). Not a miss: the release was sent
+   * to them too, and runs there on the same connection a moment later.
+   */
+  readonly nodesPending: number;
   /** Nodes that did not answer; their copy expires with the lease. */
   readonly failures: readonly NodeFailure[];
 }

@@ -17,8 +17,8 @@ export interface RoundResult<T> {
 
 /**
  * Sends one request to every node in parallel and settles as soon as the
- * outcome is decided: `quorum` yeses, too many noes or failures for a quorum,
- * every node answered, or `timeoutMs` passed (one timer for the whole round,
+ * outcome is decided: `quorum` yeses, too many noes (or noes and failures)
+ * for a quorum, every node answered, or `timeoutMs` passed (one timer for the whole round,
  * so a hung node costs at most that). Late replies are dropped; the callers
  * clean up after them by releasing on every node.
  */
@@ -47,7 +47,11 @@ export function quorumRound<T>(
     const decided = () => {
       if (
         result.yes >= quorum ||
-        result.no + result.failed > count - quorum ||
+        result.no > count - quorum ||
+        // Out of reach, and a node said no (a holder, a lost lock): that is the answer. Out of
+        // reach through failures alone is an outage: the round waits for every node (within its
+        // timeout) so that the error reports each one's outcome.
+        (result.no > 0 && result.no + result.failed > count - quorum) ||
         result.yes + result.no + result.failed === count
       ) {
         finish();

@@ -1,8 +1,16 @@
-import { Logger, type OnApplicationShutdown } from '@nestjs/common';
+import {
+  Logger,
+  type BeforeApplicationShutdown,
+  type OnApplicationShutdown,
+} from '@nestjs/common';
 import { LockEngine, type LockError, type NodeResults } from '../engine/index.js';
+import { rejectUnknownOptions } from '../engine/lock-options.js';
 import { checkLogging, logLockEvents } from './lock-events.logger.js';
 import { markLockFailure } from './lock-failures.js';
 import type { RedisLockModuleOptions } from './redis-lock-module-options.interface.js';
+
+/** The options RedisLockModule reads itself, besides the engine's. */
+const MODULE_OPTION_KEYS = ['locked', 'contextInterceptor', 'logging', 'isGlobal'];
 
 /**
  * The lock engine as a Nest provider: inject it to acquire, try, extend,
@@ -18,8 +26,12 @@ import type { RedisLockModuleOptions } from './redis-lock-module-options.interfa
  *   });
  * }
  */
-export class LockService extends LockEngine implements OnApplicationShutdown {
+export class LockService
+  extends LockEngine
+  implements BeforeApplicationShutdown, OnApplicationShutdown
+{
   constructor(options: RedisLockModuleOptions) {
+    rejectUnknownOptions('RedisLockModule options', options, MODULE_OPTION_KEYS);
     // The Nest-only options are read by the module; the engine checks the rest.
     const {
       locked: _locked,
@@ -41,6 +53,17 @@ export class LockService extends LockEngine implements OnApplicationShutdown {
     return markLockFailure(super.failed(request, attempts, error, nodes));
   }
 
+  /**
+   * The graceful part of the application's shutdown, while its server still
+   * answers: new locks fail with LockClosingError (503), waiters stop waiting,
+   * and the locks in flight are extended until their methods release them,
+   * for up to `shutdownTimeout` (see {@link LockEngine.drain}).
+   */
+  async beforeApplicationShutdown(): Promise<void> {
+    await this.drain();
+  }
+
+  /** Closes the connections the module opened, once the server is closed. */
   async onApplicationShutdown(): Promise<void> {
     await this.close();
   }

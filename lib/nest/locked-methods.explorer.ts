@@ -34,10 +34,12 @@ export class LockedMethodsExplorer implements OnModuleInit, OnApplicationShutdow
   private readonly prototypes: object[] = [];
   private readonly logger = new Logger('RedisLock');
 
+  // Every dependency is named: the package must not rely on the compiler that builds the app
+  // (or runs it, as tsx and esbuild do) emitting decorator metadata.
   constructor(
-    private readonly discovery: DiscoveryService,
-    private readonly scanner: MetadataScanner,
-    service: LockService,
+    @Inject(DiscoveryService) private readonly discovery: DiscoveryService,
+    @Inject(MetadataScanner) private readonly scanner: MetadataScanner,
+    @Inject(LockService) service: LockService,
     @Inject(REDIS_LOCK_MODULE_OPTIONS) options: RedisLockModuleOptions,
   ) {
     this.runtime = Object.freeze({

@@ -1,4 +1,4 @@
-import { Module } from '@nestjs/common';
+import { Module, type Provider } from '@nestjs/common';
 import { APP_INTERCEPTOR, DiscoveryModule, HttpAdapterHost } from '@nestjs/core';
 import { LockContext } from './lock-context.js';
 import { LockContextInterceptor } from './lock-context.interceptor.js';
@@ -10,6 +10,25 @@ import {
   REDIS_LOCK_MODULE_OPTIONS,
 } from './redis-lock.module-definition.js';
 import type { RedisLockModuleOptions } from './redis-lock-module-options.interface.js';
+
+/**
+ * @internal What every module that provides LockService also registers: the
+ * lock context, the set-up of `@Locked()` methods and the interceptor. Shared
+ * with the testing module, so that a test runs the same Nest layer.
+ */
+export const LOCKING_PROVIDERS: Provider[] = [
+  LockContext,
+  LockedMethodsExplorer,
+  {
+    provide: APP_INTERCEPTOR,
+    inject: [REDIS_LOCK_MODULE_OPTIONS, HttpAdapterHost],
+    // With `contextInterceptor: false`, no interceptor at all: Nest skips a global
+    // interceptor that a factory resolves to null, and a handler without
+    // interceptors runs without Nest's per-request Observable pipeline.
+    useFactory: (options: RedisLockModuleOptions, adapterHost: HttpAdapterHost) =>
+      options.contextInterceptor === false ? null : new LockContextInterceptor(adapterHost),
+  },
+];
 
 /**
  * Registers the Redis nodes, {@link LockService}, {@link LockContext}, the
@@ -46,17 +65,7 @@ import type { RedisLockModuleOptions } from './redis-lock-module-options.interfa
         return service;
       },
     },
-    LockContext,
-    LockedMethodsExplorer,
-    {
-      provide: APP_INTERCEPTOR,
-      inject: [REDIS_LOCK_MODULE_OPTIONS, HttpAdapterHost],
-      // With `contextInterceptor: false`, no interceptor at all: Nest skips a global
-      // interceptor that a factory resolves to null, and a handler without
-      // interceptors runs without Nest's per-request Observable pipeline.
-      useFactory: (options: RedisLockModuleOptions, adapterHost: HttpAdapterHost) =>
-        options.contextInterceptor === false ? null : new LockContextInterceptor(adapterHost),
-    },
+    ...LOCKING_PROVIDERS,
   ],
   exports: [LockService, LockContext],
 })

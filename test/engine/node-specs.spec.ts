@@ -157,7 +157,13 @@ describe('authentication', () => {
     );
     const lock = await engine.tryAcquire(unique('acl-release'));
     const result = await lock.release();
-    expect(result).toEqual({ released: true, nodesReleased: 1, nodesNotHeld: 0, failures: [] });
+    expect(result).toEqual({
+      released: true,
+      nodesReleased: 1,
+      nodesNotHeld: 0,
+      nodesPending: 0,
+      failures: [],
+    });
     expect(logger.warnings).toEqual([]);
   });
 

@@ -147,6 +147,19 @@ describe('RedisLockModule', () => {
     expect((error as Error).message).toMatch(/ttl must be a whole number of milliseconds from 10/);
   });
 
+  it("names every option it takes, its own and the engine's, when given one it does not know", async () => {
+    const builder = Test.createTestingModule({
+      imports: [RedisLockModule.forRoot({ nodes: nodeUrls(), contextInterceptr: false } as never)],
+    });
+    const error = await builder.compile().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LockOptionsError);
+    const message = (error as Error).message;
+    expect(message).toContain("RedisLockModule options has no option 'contextInterceptr'");
+    for (const option of ['locked', 'contextInterceptor', 'logging', 'isGlobal', 'ttl', 'nodes']) {
+      expect(message).toContain(option);
+    }
+  });
+
   it('closes the connections it opened on shutdown and leaves the clients it was given open', async () => {
     const own = new Redis(redis.nodes[0].url);
     const ref = await start([

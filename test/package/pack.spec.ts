@@ -433,6 +433,7 @@ describe('the npm package: packed, then installed in a fresh Nest 12 app', () =>
       './health',
       './package.json',
       './telemetry',
+      './testing',
     ]);
     expect(targets.filter((target) => !files.includes(target))).toEqual([]);
     expect(manifest.bin).toEqual({ 'nestjs-redis-lock': 'dist/cli/main.js' });

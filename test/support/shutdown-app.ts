@@ -1,0 +1,70 @@
+/**
+ * A Nest app in its own process, for the graceful-shutdown test
+ * (test/nest/graceful-shutdown.e2e-spec.ts): one locked route whose work
+ * takes as long as asked, with shutdown hooks on.
+ *
+ * ```sh
+ * node --import tsx test/support/shutdown-app.ts \
+ *   --nodes redis://127.0.0.1:7001,redis://127.0.0.1:7002 --shutdown-timeout 5000
+ * ```
+ *
+ * One JSON object per line on stdout, each stamped `at` with the system-wide
+ * monotonic clock (ms), so the test can order them against its own events:
+ * `listening` (with the port), `started` and `finished` (or `aborted`) for
+ * the locked work, and `released` (what the release found).
+ */
+import 'reflect-metadata';
+import { Controller, Module, Post, Query } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { parseArgs } from 'node:util';
+import { Locked, LockService, LockSignal, RedisLockModule } from '../../lib/index.js';
+
+const { values } = parseArgs({
+  options: {
+    nodes: { type: 'string' },
+    'shutdown-timeout': { type: 'string' },
+  },
+});
+
+const now = () => Number(process.hrtime.bigint()) / 1e6;
+const say = (event: Record<string, unknown>) =>
+  process.stdout.write(`${JSON.stringify({ ...event, at: now() })}\n`);
+
+@Controller()
+class WorkController {
+  @Post('work')
+  @Locked('shutdown:work')
+  async work(@Query('ms') ms: string, @LockSignal() signal: AbortSignal): Promise<string> {
+    say({ event: 'started' });
+    // Work that stops when its lock is lost, as the README asks of a long routine.
+    const done = await new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => resolve(true), Number(ms));
+      signal.addEventListener('abort', () => {
+        clearTimeout(timer);
+        resolve(false);
+      });
+    });
+    say({ event: done ? 'finished' : 'aborted' });
+    return done ? 'done' : 'stopped';
+  }
+}
+
+@Module({
+  imports: [
+    RedisLockModule.forRoot({
+      nodes: values.nodes!.split(','),
+      shutdownTimeout: Number(values['shutdown-timeout']),
+      ttl: 1000,
+      logging: false,
+    }),
+  ],
+  controllers: [WorkController],
+})
+class ShutdownAppModule {}
+
+const app = await NestFactory.create(ShutdownAppModule, { logger: false });
+app.enableShutdownHooks();
+app.get(LockService).on('released', ({ result }) => say({ event: 'released', result }));
+await app.listen(0, '127.0.0.1');
+const address = app.getHttpServer().address() as { port: number };
+say({ event: 'listening', port: address.port });
