@@ -342,6 +342,8 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
       released: round.yes >= this.quorum,
       nodesReleased: round.yes,
       nodesNotHeld: round.no,
+      // Every simulated node answers at once: none is left to hear from.
+      nodesPending: 0,
       failures: round.failures,
     };
     if (this.listenerCount('released') > 0) {
