@@ -498,7 +498,10 @@ export function resolveEngineOptions(options: unknown): ResolvedEngineOptions {
   rejectUnknownKeys('Lock options', options, KNOWN_ENGINE_KEYS);
   const { nodes } = options;
   if (typeof nodes === 'string') {
-    const parts = nodes.split(',').map((part) => part.trim()).filter(Boolean);
+    const parts = nodes
+      .split(',')
+      .map((part) => part.trim())
+      .filter(Boolean);
     fail(
       `nodes must be an array with one entry per Redis node, not one string (got ${describe(nodes)}). ` +
         `Write nodes: ${JSON.stringify(parts.length > 0 ? parts : ['redis://localhost:6379'])}` +

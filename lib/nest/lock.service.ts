@@ -1,8 +1,4 @@
-import {
-  Logger,
-  type BeforeApplicationShutdown,
-  type OnApplicationShutdown,
-} from '@nestjs/common';
+import { Logger, type BeforeApplicationShutdown, type OnApplicationShutdown } from '@nestjs/common';
 import { LockEngine, type LockError, type NodeResults } from '../engine/index.js';
 import { rejectUnknownOptions } from '../engine/lock-options.js';
 import { checkLogging, logLockEvents } from './lock-events.logger.js';
