@@ -1,4 +1,6 @@
 import { createHash } from 'node:crypto';
+import { RW_SCRIPTS } from './rw-lua.js';
+import { SEMAPHORE_SCRIPTS } from './semaphore-lua.js';
 
 /** A Lua script, run by SHA with a fallback to its source after SCRIPT FLUSH. */
 export interface LuaScript {
@@ -371,4 +373,10 @@ return '[' .. table.concat(out, ',') .. ']'`,
 );
 
 /** Every script the engine runs, loaded on each connection before it serves a call. */
-export const ALL_SCRIPTS: readonly LuaScript[] = [...BATCHABLE, RAISE_FENCE, BATCH];
+export const ALL_SCRIPTS: readonly LuaScript[] = [
+  ...BATCHABLE,
+  RAISE_FENCE,
+  BATCH,
+  ...RW_SCRIPTS,
+  ...SEMAPHORE_SCRIPTS,
+];

@@ -1,0 +1,181 @@
+import { Lock } from './lock.js';
+import { LockOptionsError } from './lock-errors.js';
+import type { LockNode } from './lock-node.js';
+import type { AcquireOptions, UsingOptions } from './lock-options.js';
+import {
+  LeasePrimitive,
+  type EngineParts,
+  type LeaseReply,
+  type LeaseRequest,
+} from './lease-primitive.js';
+import { RW_ACQUIRE, RW_EXTEND, RW_RELEASE, RW_WRITEBACK } from './rw-lua.js';
+
+/** How a read-write lock is held: shared by readers, or by one writer alone. */
+export type LockMode = 'read' | 'write';
+
+const MODES: Record<LockMode, 'r' | 'w'> = { read: 'r', write: 'w' };
+
+/**
+ * A hold on a read-write lock: a {@link Lock} (token, signal, extend,
+ * release, `await using`) that also says how it is held.
+ */
+export class ReadWriteHold extends Lock {
+  /** @internal Created by {@link ReadWriteLock} only. */
+  constructor(
+    owner: ReadWriteLock,
+    readonly mode: LockMode,
+    resources: readonly string[],
+    keys: readonly string[],
+    value: string,
+    tokens: readonly number[],
+    ttl: number,
+    validUntil: number,
+  ) {
+    super(owner, resources, keys, value, tokens, ttl, validUntil);
+  }
+}
+
+type Reply = [granted: 0 | 1, value?: number];
+
+/**
+ * Many readers or one writer, over the engine's nodes with the lock's
+ * quorum, validity, extension and fencing rules (docs/read-write-locks.md).
+ *
+ * Every holder, reader or writer, has its own lease on each node (an entry of
+ * the resource's holders hash, `<keyPrefix>{<resource>}:rw`) and its own
+ * extension; a reader that crashed holds writers off until its lease ends.
+ * The nodes' line (`...:rw:q`) orders waiters by arrival: a waiting writer
+ * is not overtaken by readers that came after it, and readers waiting behind
+ * a writer go together once it is done.
+ *
+ * Tokens: a writer's token is above every token issued before it on the
+ * resource; a reader's token is at least the token of the last write before
+ * it and below the token of every write after it.
+ *
+ * @example
+ * const catalogue = engine.readWriteLock('catalogue');
+ * await catalogue.using('read', () => render());
+ * await catalogue.using('write', (hold) => importFeed(hold.token));
+ */
+export class ReadWriteLock extends LeasePrimitive {
+  /** The holders hash; releases publish on its channel. */
+  protected readonly channelKey: string;
+  protected readonly lineKey: string;
+  private readonly lockKey: string;
+
+  /** @internal Made by `LockEngine.readWriteLock()`. */
+  constructor(parts: EngineParts, resource: string) {
+    const name = parts.resourceName(resource);
+    super(parts, name);
+    this.lockKey = parts.lockKey(name);
+    this.channelKey = `${this.lockKey}:rw`;
+    this.lineKey = `${this.lockKey}:rw:q`;
+  }
+
+  /** Waits for the lock in `mode` per the retry policy (LockTimeoutError when it stays busy). */
+  async acquire(mode: LockMode, options?: AcquireOptions): Promise<ReadWriteHold> {
+    return (await this.acquireLease(checkMode(mode), options)) as ReadWriteHold;
+  }
+
+  /** One attempt: the hold, or LockBusyError (with retryAfter) when the mode conflicts. */
+  async tryAcquire(
+    mode: LockMode,
+    options?: Omit<AcquireOptions, 'retry' | 'waitTimeout'>,
+  ): Promise<ReadWriteHold> {
+    return (await this.tryLease(checkMode(mode), options)) as ReadWriteHold;
+  }
+
+  /**
+   * Runs `routine` under the lock in `mode`: acquires (waiting per the retry
+   * policy), extends this holder's lease while it runs, always releases.
+   */
+  async using<T>(
+    mode: LockMode,
+    routine: (hold: ReadWriteHold) => T | Promise<T>,
+    options?: UsingOptions,
+  ): Promise<T> {
+    return await this.usingLease(
+      checkMode(mode),
+      routine as (lock: Lock) => T | Promise<T>,
+      options,
+    );
+  }
+
+  protected busyMessage(mode: string): string {
+    return mode === 'write'
+      ? `'${this.name}' is held by readers or a writer, or a waiter came first; retry later, or acquire with a wait (retry options) instead of a single attempt.`
+      : `'${this.name}' is held by a writer, or a writer waits ahead; retry later, or acquire with a wait (retry options) instead of a single attempt.`;
+  }
+
+  protected async acquireCall(
+    node: LockNode,
+    mode: string,
+    value: string,
+    request: LeaseRequest,
+    joinLine: boolean,
+  ): Promise<LeaseReply> {
+    const { fencing } = this.parts.options;
+    const counter = this.parts.counter(node, this.lockKey);
+    const seed = fencing && this.parts.options.fenceCounterTtl > 0 ? Date.now() * 1024 : 0;
+    const args: (string | number)[] = [
+      value,
+      MODES[mode as LockMode],
+      request.ttl,
+      fencing ? '1' : '0',
+      seed,
+      counter.ttl,
+    ];
+    if (joinLine) args.push(request.waiter, request.arrival, request.lineLease);
+    const reply = (await node.run(
+      RW_ACQUIRE,
+      [this.channelKey, this.lineKey, counter.key],
+      args,
+    )) as Reply;
+    return reply[0] === 1 ? { granted: true, token: reply[1] } : { granted: false, wait: reply[1] };
+  }
+
+  protected writebackCall(node: LockNode, value: string, token: number): Promise<unknown> {
+    const counter = this.parts.counter(node, this.lockKey);
+    return node.run(RW_WRITEBACK, [this.channelKey, counter.key], [value, counter.ttl, token]);
+  }
+
+  protected extendCall(node: LockNode, lock: Lock, ttl: number): Promise<unknown> {
+    return node.run(RW_EXTEND, [this.channelKey], [lock.value, ttl]);
+  }
+
+  protected releaseCall(node: LockNode, value: string): Promise<unknown> {
+    const notify =
+      node.topology === 'cluster' && this.parts.notify === '1' ? 's' : this.parts.notify;
+    return node.run(
+      RW_RELEASE,
+      [this.channelKey, this.lineKey],
+      [value, notify, this.parts.sender],
+    );
+  }
+
+  protected handle(
+    mode: string,
+    value: string,
+    tokens: readonly number[],
+    ttl: number,
+    validUntil: number,
+  ): Lock {
+    return new ReadWriteHold(
+      this,
+      mode as LockMode,
+      [this.name],
+      [this.channelKey],
+      value,
+      tokens,
+      ttl,
+      validUntil,
+    );
+  }
+}
+
+function checkMode(mode: unknown): LockMode {
+  if (mode === 'read' || mode === 'write') return mode;
+  throw new LockOptionsError(
+    `A read-write lock is taken in mode 'read' or 'write' (got ${typeof mode === 'string' ? `'${mode}'` : typeof mode}).`,
+  );
+}

@@ -1,0 +1,213 @@
+import { createHash } from 'node:crypto';
+import type { LuaScript } from './lua-scripts.js';
+
+/**
+ * Builds a script the way lua-scripts.ts does: returns at once when called
+ * without keys, which is how each connection loads it before use (see
+ * ALL_SCRIPTS). Its own copy: lua-scripts.ts lists these scripts in
+ * ALL_SCRIPTS, so importing values from it here would be an import cycle.
+ */
+export function extraScript(name: string, body: string, prelude = ''): LuaScript {
+  const source = 'if #KEYS == 0 then return 0 end\n' + prelude + body;
+  return Object.freeze({
+    name,
+    source,
+    sha: createHash('sha1').update(source).digest('hex'),
+    body,
+    prelude,
+  });
+}
+
+/** The most waiters a line keeps a place for on a node (as the plain lock's MAX_LINE). */
+export const LINE_PLACES = 64;
+
+/**
+ * Lua shared by the read-write scripts. A resource's holders live in one hash,
+ * `<lock key>:rw`, value -> 'mode expiry token' (mode 'r' or 'w', expiry in
+ * ms of the node's clock): every reader has its own lease, renewed and pruned
+ * on its own, so a crashed reader holds writers off only until its own lease
+ * ends. The hash's TTL covers its longest lease and is only a backstop.
+ *
+ * `now()` reads the node's clock (TIME; these scripts need it, unlike the
+ * plain lock's line, which is optional). `holders()` prunes the expired
+ * entries and returns the live ones as a list of {value, mode, expiry, token}.
+ */
+const RW_PRELUDE = `local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function holders(key, clock)
+  local entries, live = redis.call('HGETALL', key), {}
+  for i = 1, #entries, 2 do
+    local mode, expiry, token = string.match(entries[i + 1], '^(%a) (%d+) (%d+)$')
+    expiry = tonumber(expiry)
+    if not expiry or expiry <= clock then
+      redis.call('HDEL', key, entries[i])
+    else
+      live[#live + 1] = { value = entries[i], mode = mode, expiry = expiry, token = tonumber(token) }
+    end
+  end
+  return live
+end
+local function cover(key, ms)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+end
+`;
+
+/**
+ * Take a resource for reading ('r') or writing ('w') on one node.
+ * KEYS: holders hash, waiters' line, fence counter (the resource's
+ * `<lock key>:fence`, or the node's counter for all resources).
+ * ARGV: value, mode, ttl ms, fencing '1' | '0', seed, counter ttl ms ('0':
+ * none), then optionally waiter id, arrival, line lease ms (a first attempt
+ * leaves them out and does not join the line).
+ * Returns {1, token} when granted ({1} without fencing), {0, ms until the
+ * blocking holders' leases end} when held, {0, -3} when free for us but an
+ * earlier waiter comes first.
+ *
+ * Who goes first: the line is a hash waiter id -> 'arrival expiry mode'. A
+ * writer goes only when no other live waiter arrived before it (ties: the
+ * lower id); a reader only when no writer waiting arrived before it, so
+ * readers that queued ahead of a writer are served together, a writer is
+ * never overtaken by readers that came after it, and readers behind a writer
+ * go once that writer is done. Arrivals come from the caller, the same on
+ * every node, so the nodes agree on the order. A caller with no arrival (a
+ * first attempt) ranks after everyone in line.
+ *
+ * Tokens: a writer increments the counter (a counter that does not exist
+ * starts at `seed`, as for the plain lock), so its token is above every token
+ * issued before it on the node; a reader takes the counter as it stands (the
+ * last write's token, or a write attempt's since), without raising it, so
+ * every later writer's token is above it. A resend finds its own entry and
+ * gets the same token back.
+ */
+export const RW_ACQUIRE = extraScript(
+  'rw-acquire',
+  `local value, mode, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local waiter, arrival, lease = ARGV[7] or '', tonumber(ARGV[8]), tonumber(ARGV[9]) or 0
+local clock = now()
+local blocked = -1
+for _, h in ipairs(holders(KEYS[1], clock)) do
+  if h.value == value then
+    if ARGV[4] == '1' then return {1, h.token} end
+    return {1}
+  end
+  if mode == 'w' or h.mode == 'w' then blocked = math.max(blocked, h.expiry - clock) end
+end
+local function before(a, id)
+  if not arrival then return true end
+  return a < arrival or (a == arrival and id < waiter)
+end
+local ahead = false
+local places = redis.call('HGETALL', KEYS[2])
+for i = 1, #places, 2 do
+  local a, expiry, m = string.match(places[i + 1], '^(%S+) (%d+) (%a)$')
+  a, expiry = tonumber(a), tonumber(expiry)
+  if not expiry or expiry <= clock then
+    redis.call('HDEL', KEYS[2], places[i])
+  elseif places[i] ~= waiter and (mode == 'w' or m == 'w') and before(a, places[i]) then
+    ahead = true
+  end
+end
+if blocked >= 0 or ahead then
+  if lease > 0 and waiter ~= '' then
+    if redis.call('HEXISTS', KEYS[2], waiter) == 1 or redis.call('HLEN', KEYS[2]) < ${LINE_PLACES} then
+      redis.call('HSET', KEYS[2], waiter, string.format('%s %d %s', ARGV[8], clock + lease, mode))
+      cover(KEYS[2], lease)
+    end
+  end
+  if blocked >= 0 then return {0, blocked} end
+  return {0, -3}
+end
+if waiter ~= '' then redis.call('HDEL', KEYS[2], waiter) end
+local token = 0
+if ARGV[4] == '1' then
+  local function set(v)
+    if ARGV[6] == '0' then redis.call('SET', KEYS[3], v) else redis.call('SET', KEYS[3], v, 'PX', ARGV[6]) end
+  end
+  if mode == 'w' then
+    token = redis.call('INCR', KEYS[3])
+    if token == 1 and ARGV[5] ~= '0' then
+      set(ARGV[5])
+      token = tonumber(ARGV[5])
+    end
+  else
+    token = tonumber(redis.call('GET', KEYS[3]))
+    if not token then
+      token = tonumber(ARGV[5])
+      if token > 0 then set(ARGV[5]) end
+    end
+  end
+end
+redis.call('HSET', KEYS[1], value, string.format('%s %d %d', mode, clock + ttl, token))
+cover(KEYS[1], ttl)
+if ARGV[4] == '1' then return {1, token} end
+return {1}`,
+  RW_PRELUDE,
+);
+
+/**
+ * Second fencing round of a read or write grant: raise the counter to the
+ * chosen token (and record it in our entry), only while our entry is live.
+ * KEYS: holders hash, fence counter. ARGV: value, counter ttl ms ('0': none),
+ * token. Returns 1 when written, 0 when our entry is gone here.
+ */
+export const RW_WRITEBACK = extraScript(
+  'rw-writeback',
+  `local clock = now()
+for _, h in ipairs(holders(KEYS[1], clock)) do
+  if h.value == ARGV[1] then
+    if (tonumber(redis.call('GET', KEYS[2])) or 0) < tonumber(ARGV[3]) then
+      if ARGV[2] == '0' then
+        redis.call('SET', KEYS[2], ARGV[3])
+      else
+        redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
+      end
+    end
+    redis.call('HSET', KEYS[1], h.value, string.format('%s %d %s', h.mode, h.expiry, ARGV[3]))
+    return 1
+  end
+end
+return 0`,
+  RW_PRELUDE,
+);
+
+/**
+ * Renew one holder's lease, only while its entry is live: an entry that
+ * expired is never re-created. KEYS: holders hash. ARGV: value, ttl ms.
+ * Returns 1 when renewed, 0 when the entry is gone here.
+ */
+export const RW_EXTEND = extraScript(
+  'rw-extend',
+  `local clock, ttl = now(), tonumber(ARGV[2])
+for _, h in ipairs(holders(KEYS[1], clock)) do
+  if h.value == ARGV[1] then
+    redis.call('HSET', KEYS[1], h.value, string.format('%s %d %d', h.mode, clock + ttl, h.token))
+    cover(KEYS[1], ttl)
+    return 1
+  end
+end
+return 0`,
+  RW_PRELUDE,
+);
+
+/**
+ * Drop one holder's entry, then, when anyone waits in the line, tell the
+ * waiters (a message on the holders key's channel, PUBLISH or SPUBLISH as
+ * for the plain lock; pcall for the same reasons). The message names no
+ * waiter first (' ' then the sender): several readers may be admitted at
+ * once, so every waiter that hears it asks, and the nodes' line decides.
+ * KEYS: holders hash, waiters' line. ARGV: value, notify '1' | 's' | '0',
+ * sender. Returns 1 when our entry was there and is now deleted, else 0.
+ */
+export const RW_RELEASE = extraScript(
+  'rw-release',
+  `local removed = redis.call('HDEL', KEYS[1], ARGV[1])
+if removed == 1 and ARGV[2] ~= '0' and redis.call('EXISTS', KEYS[2]) == 1 then
+  local publish = ARGV[2] == 's' and 'SPUBLISH' or 'PUBLISH'
+  redis.pcall(publish, KEYS[1], ' ' .. (ARGV[3] or ''))
+end
+return removed`,
+);
+
+export const RW_SCRIPTS = [RW_ACQUIRE, RW_WRITEBACK, RW_EXTEND, RW_RELEASE] as const;

@@ -1,0 +1,186 @@
+import { extraScript, LINE_PLACES } from './rw-lua.js';
+
+/**
+ * Lua shared by the semaphore scripts. A semaphore's permits are numbered
+ * slots, 1 to N, each a lock of its own: the holders hash
+ * `<lock key>:sem` maps slot -> 'value expiry token' (expiry in ms of the
+ * node's clock), so that a quorum grants one slot, and two permits valid at
+ * once are never the same slot (the plain lock's quorum argument, per slot).
+ * Counting holders per node instead would not do: with 3 nodes and 2
+ * permits, grants on {1,2}, {2,3} and {1,3} leave each node at 2 while three
+ * permits are valid.
+ */
+const SEM_PRELUDE = `local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function permits(key, clock)
+  local entries, live = redis.call('HGETALL', key), {}
+  for i = 1, #entries, 2 do
+    local value, expiry, token = string.match(entries[i + 1], '^(%S+) (%d+) (%d+)$')
+    expiry = tonumber(expiry)
+    if not expiry or expiry <= clock then
+      redis.call('HDEL', key, entries[i])
+    else
+      live[#live + 1] = { slot = tonumber(entries[i]), value = value, expiry = expiry, token = tonumber(token) }
+    end
+  end
+  return live
+end
+local function cover(key, ms)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+end
+`;
+
+/**
+ * Take a permit on one node.
+ * KEYS: holders hash, waiters' line, fence counter (the semaphore's
+ * `<lock key>:fence`, or the node's counter for all resources).
+ * ARGV: value, permits N, ttl ms, fencing '1' | '0', seed, counter ttl ms
+ * ('0': none), slot hint ('0': none), then optionally waiter id, arrival,
+ * line lease ms.
+ * Returns {1, slot, token} when granted ({1, slot} without fencing), {0, ms
+ * until the first live permit ends} when all N are taken, {0, -3} when a
+ * permit is free but earlier waiters take the free ones.
+ *
+ * A permit is granted while fewer than N live permits stand on the node
+ * (whatever slots they hold: after N was lowered, permits above it count
+ * too) and fewer earlier waiters (by arrival; a caller without one ranks
+ * after the whole line) than free permits. The slot: the hint when free (a
+ * split vote taught the caller which slot most nodes offered), else the k-th
+ * free slot from 1 where k is the caller's rank in the line: the same slot
+ * on every node whatever order concurrent waiters reach it in, so their
+ * votes do not split.
+ */
+export const SEM_ACQUIRE = extraScript(
+  'sem-acquire',
+  `local value, n, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local hint = tonumber(ARGV[7])
+local waiter, arrival, lease = ARGV[8] or '', tonumber(ARGV[9]), tonumber(ARGV[10]) or 0
+local clock = now()
+local live, taken, soonest = permits(KEYS[1], clock), {}, nil
+for _, p in ipairs(live) do
+  if p.value == value then
+    if ARGV[4] == '1' then return {1, p.slot, p.token} end
+    return {1, p.slot}
+  end
+  taken[p.slot] = true
+  if not soonest or p.expiry - clock < soonest then soonest = p.expiry - clock end
+end
+local rank = 0
+local places = redis.call('HGETALL', KEYS[2])
+for i = 1, #places, 2 do
+  local a, expiry = string.match(places[i + 1], '^(%S+) (%d+)$')
+  a, expiry = tonumber(a), tonumber(expiry)
+  if not expiry or expiry <= clock then
+    redis.call('HDEL', KEYS[2], places[i])
+  elseif places[i] ~= waiter and (not arrival or a < arrival or (a == arrival and places[i] < waiter)) then
+    rank = rank + 1
+  end
+end
+local free = n - #live
+if free <= 0 or rank >= free then
+  if lease > 0 and waiter ~= '' then
+    if redis.call('HEXISTS', KEYS[2], waiter) == 1 or redis.call('HLEN', KEYS[2]) < ${LINE_PLACES} then
+      redis.call('HSET', KEYS[2], waiter, string.format('%s %d', ARGV[9], clock + lease))
+      cover(KEYS[2], lease)
+    end
+  end
+  if free <= 0 then return {0, soonest} end
+  return {0, -3}
+end
+local slot
+if hint and hint >= 1 and hint <= n and not taken[hint] then
+  slot = hint
+else
+  local k = rank
+  for s = 1, n do
+    if not taken[s] then
+      if k == 0 then slot = s break end
+      k = k - 1
+    end
+  end
+end
+if waiter ~= '' then redis.call('HDEL', KEYS[2], waiter) end
+local token = 0
+if ARGV[4] == '1' then
+  token = redis.call('INCR', KEYS[3])
+  if token == 1 and ARGV[5] ~= '0' then
+    if ARGV[6] == '0' then redis.call('SET', KEYS[3], ARGV[5]) else redis.call('SET', KEYS[3], ARGV[5], 'PX', ARGV[6]) end
+    token = tonumber(ARGV[5])
+  end
+end
+redis.call('HSET', KEYS[1], slot, string.format('%s %d %d', value, clock + ttl, token))
+cover(KEYS[1], ttl)
+if ARGV[4] == '1' then return {1, slot, token} end
+return {1, slot}`,
+  SEM_PRELUDE,
+);
+
+/**
+ * Second fencing round of a permit: raise the counter to the chosen token
+ * (and record it in the permit), only while the permit is live here.
+ * KEYS: holders hash, fence counter. ARGV: value, counter ttl ms ('0':
+ * none), token, slot. Returns 1 when written, 0 when the permit is gone here.
+ */
+export const SEM_WRITEBACK = extraScript(
+  'sem-writeback',
+  `for _, p in ipairs(permits(KEYS[1], now())) do
+  if p.value == ARGV[1] and p.slot == tonumber(ARGV[4]) then
+    if (tonumber(redis.call('GET', KEYS[2])) or 0) < tonumber(ARGV[3]) then
+      if ARGV[2] == '0' then
+        redis.call('SET', KEYS[2], ARGV[3])
+      else
+        redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
+      end
+    end
+    redis.call('HSET', KEYS[1], p.slot, string.format('%s %d %s', p.value, p.expiry, ARGV[3]))
+    return 1
+  end
+end
+return 0`,
+  SEM_PRELUDE,
+);
+
+/**
+ * Renew one permit's lease, only while it is live in its slot.
+ * KEYS: holders hash. ARGV: value, ttl ms, slot.
+ * Returns 1 when renewed, 0 when the permit is gone here.
+ */
+export const SEM_EXTEND = extraScript(
+  'sem-extend',
+  `local clock, ttl = now(), tonumber(ARGV[2])
+for _, p in ipairs(permits(KEYS[1], clock)) do
+  if p.value == ARGV[1] and p.slot == tonumber(ARGV[3]) then
+    redis.call('HSET', KEYS[1], p.slot, string.format('%s %d %d', p.value, clock + ttl, p.token))
+    cover(KEYS[1], ttl)
+    return 1
+  end
+end
+return 0`,
+  SEM_PRELUDE,
+);
+
+/**
+ * Give back whatever slot the value holds here (the permit, or a slot a
+ * split vote left behind), then, when anyone waits, tell the waiters as
+ * the read-write lock does (the message names no waiter first).
+ * KEYS: holders hash, waiters' line. ARGV: value, notify '1' | 's' | '0',
+ * sender. Returns 1 when a slot was ours and is now free, else 0.
+ */
+export const SEM_RELEASE = extraScript(
+  'sem-release',
+  `local entries, removed = redis.call('HGETALL', KEYS[1]), 0
+for i = 1, #entries, 2 do
+  if string.match(entries[i + 1], '^(%S+) ') == ARGV[1] then
+    removed = removed + redis.call('HDEL', KEYS[1], entries[i])
+  end
+end
+if removed > 0 and ARGV[2] ~= '0' and redis.call('EXISTS', KEYS[2]) == 1 then
+  local publish = ARGV[2] == 's' and 'SPUBLISH' or 'PUBLISH'
+  redis.pcall(publish, KEYS[1], ' ' .. (ARGV[3] or ''))
+end
+return math.min(removed, 1)`,
+);
+
+export const SEMAPHORE_SCRIPTS = [SEM_ACQUIRE, SEM_WRITEBACK, SEM_EXTEND, SEM_RELEASE] as const;

@@ -1,0 +1,180 @@
+import { Lock } from './lock.js';
+import { LockOptionsError } from './lock-errors.js';
+import type { LockNode } from './lock-node.js';
+import type { AcquireOptions, UsingOptions } from './lock-options.js';
+import {
+  LeasePrimitive,
+  type EngineParts,
+  type LeaseReply,
+  type LeaseRequest,
+} from './lease-primitive.js';
+import { SEM_ACQUIRE, SEM_EXTEND, SEM_RELEASE, SEM_WRITEBACK } from './semaphore-lua.js';
+
+/** The most permits a semaphore may have: each attempt may scan its slots. */
+export const MAX_PERMITS = 10_000;
+
+/**
+ * A permit of a semaphore: a {@link Lock} (token, signal, extend, release,
+ * `await using`) that also says which of the N slots it holds.
+ */
+export class Permit extends Lock {
+  /** @internal Created by {@link Semaphore} only. */
+  constructor(
+    owner: Semaphore,
+    /**
+     * The permit's slot, 1 to N. No two valid permits hold the same slot, and
+     * a slot's tokens rise from holder to holder: fence what a permit guards
+     * by (semaphore, slot) when holders of different slots may write it too.
+     */
+    readonly slot: number,
+    resources: readonly string[],
+    keys: readonly string[],
+    value: string,
+    tokens: readonly number[],
+    ttl: number,
+    validUntil: number,
+  ) {
+    super(owner, resources, keys, value, tokens, ttl, validUntil);
+  }
+}
+
+type Reply = [granted: 0 | 1, slotOrWait?: number, token?: number];
+
+/**
+ * At most N holders at once across every instance, over the engine's nodes
+ * with the lock's quorum, validity, extension and fencing rules
+ * (docs/semaphores.md). Each permit is one of N numbered slots, granted by a
+ * quorum as a lock is; waiters take their turn by arrival in the nodes' line
+ * and wake on releases.
+ *
+ * N is given by each caller: a grant needs fewer than N live permits where
+ * it is asked, so raising N admits more at once, and lowering it admits no
+ * one until the permits above the new N are given back (nobody is evicted).
+ *
+ * @example
+ * const payments = engine.semaphore('payments-api', 4);
+ * await payments.using(() => provider.charge(order));
+ */
+export class Semaphore extends LeasePrimitive {
+  protected readonly channelKey: string;
+  protected readonly lineKey: string;
+  private readonly lockKey: string;
+
+  /** @internal Made by `LockEngine.semaphore()`. */
+  constructor(
+    parts: EngineParts,
+    name: string,
+    /** How many permits may be held at once. */
+    readonly permits: number,
+  ) {
+    const checked = parts.resourceName(name);
+    if (!Number.isInteger(permits) || permits < 1 || permits > MAX_PERMITS) {
+      throw new LockOptionsError(
+        `A semaphore has a whole number of permits from 1 to ${MAX_PERMITS} (got ${String(permits)} for '${checked}').`,
+      );
+    }
+    super(parts, checked);
+    this.lockKey = parts.lockKey(checked);
+    this.channelKey = `${this.lockKey}:sem`;
+    this.lineKey = `${this.lockKey}:sem:q`;
+  }
+
+  /** Waits for a permit per the retry policy (LockTimeoutError when none frees up in time). */
+  acquire(options?: AcquireOptions): Promise<Permit> {
+    return this.acquireLease('permit', options) as Promise<Permit>;
+  }
+
+  /** One attempt: a permit, or LockBusyError (with retryAfter) when all are taken. */
+  tryAcquire(options?: Omit<AcquireOptions, 'retry' | 'waitTimeout'>): Promise<Permit> {
+    return this.tryLease('permit', options) as Promise<Permit>;
+  }
+
+  /** Runs `routine` with a permit, extending its lease meanwhile, and always gives it back. */
+  using<T>(routine: (permit: Permit) => T | Promise<T>, options?: UsingOptions): Promise<T> {
+    return this.usingLease('permit', routine as (lock: Lock) => T | Promise<T>, options);
+  }
+
+  protected busyMessage(): string {
+    return (
+      `All ${this.permits} permits of '${this.name}' are held, or earlier waiters take the free ones; ` +
+      'retry later, acquire with a wait (retry options) instead of a single attempt, or raise the permits.'
+    );
+  }
+
+  protected async acquireCall(
+    node: LockNode,
+    _kind: string,
+    value: string,
+    request: LeaseRequest,
+    joinLine: boolean,
+  ): Promise<LeaseReply> {
+    const { fencing, fenceCounterTtl } = this.parts.options;
+    const counter = this.parts.counter(node, this.lockKey);
+    const args: (string | number)[] = [
+      value,
+      this.permits,
+      request.ttl,
+      fencing ? '1' : '0',
+      fencing && fenceCounterTtl > 0 ? Date.now() * 1024 : 0,
+      counter.ttl,
+      request.hint ?? 0,
+    ];
+    if (joinLine) args.push(request.waiter, request.arrival, request.lineLease);
+    const reply = (await node.run(
+      SEM_ACQUIRE,
+      [this.channelKey, this.lineKey, counter.key],
+      args,
+    )) as Reply;
+    return reply[0] === 1
+      ? { granted: true, slot: reply[1], token: reply[2] }
+      : { granted: false, wait: reply[1] };
+  }
+
+  protected writebackCall(
+    node: LockNode,
+    value: string,
+    token: number,
+    slot: number | undefined,
+  ): Promise<unknown> {
+    const counter = this.parts.counter(node, this.lockKey);
+    return node.run(
+      SEM_WRITEBACK,
+      [this.channelKey, counter.key],
+      [value, counter.ttl, token, slot ?? 0],
+    );
+  }
+
+  protected extendCall(node: LockNode, lock: Lock, ttl: number): Promise<unknown> {
+    return node.run(SEM_EXTEND, [this.channelKey], [lock.value, ttl, (lock as Permit).slot]);
+  }
+
+  protected releaseCall(node: LockNode, value: string): Promise<unknown> {
+    const notify =
+      node.topology === 'cluster' && this.parts.notify === '1' ? 's' : this.parts.notify;
+    return node.run(
+      SEM_RELEASE,
+      [this.channelKey, this.lineKey],
+      [value, notify, this.parts.sender],
+    );
+  }
+
+  protected handle(
+    _kind: string,
+    value: string,
+    tokens: readonly number[],
+    ttl: number,
+    validUntil: number,
+    slot: number | undefined,
+  ): Lock {
+    return new Permit(
+      this,
+      slot ?? 0,
+      [this.name],
+      [this.channelKey],
+      value,
+      tokens,
+      ttl,
+      validUntil,
+    );
+  }
+}
