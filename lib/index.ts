@@ -4,13 +4,10 @@ export { LockService } from './nest/lock.service.js';
 export { Locked } from './nest/locked.decorator.js';
 export { CurrentLock, FencingToken, LockSignal } from './nest/lock-params.decorator.js';
 export { LockContext, RequestLocks, getRequestLocks } from './nest/lock-context.js';
-export {
-  LockContextInterceptor,
-  lockFailureBody,
-  type LockFailureBody,
-} from './nest/lock-context.interceptor.js';
+export { LockContextInterceptor } from './nest/lock-context.interceptor.js';
 export { LockKeyError, LockSetupError } from './nest/locked-errors.js';
-export { isLockFailure } from './nest/lock-failures.js';
+export { isLockFailure, lockFailureBody, type LockFailureBody } from './nest/lock-failures.js';
+export { lockGraphQLErrorBody, type LockGraphQLErrorBody } from './nest/graphql-lock-failures.js';
 export type { LockKey, LockKeyFunction } from './nest/lock-key.js';
 export type { LockLogging } from './nest/lock-events.logger.js';
 export type {

@@ -11,25 +11,21 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { Observable } from 'rxjs';
+import { LockError } from '../engine/index.js';
 import {
-  LockBusyError,
-  LockTimeoutError,
-  LockUnavailableError,
-  type LockError,
-} from '../engine/index.js';
-import { attachRequestLocks, lockStorage, RequestLocks, type LockFrame } from './lock-context.js';
-import { isLockFailure, wasLogged } from './lock-failures.js';
+  GRAPHQL_CONTEXT_ARG,
+  isServerSideLockFailure,
+  lockGraphQLErrorBody,
+} from './graphql-lock-failures.js';
+import {
+  attachRequestLocks,
+  getRequestLocks,
+  lockStorage,
+  RequestLocks,
+  type LockFrame,
+} from './lock-context.js';
+import { isLockFailure, lockFailureBody, retryAfterSeconds, wasLogged } from './lock-failures.js';
 import { LockKeyError } from './locked-errors.js';
-
-/** The body of a lock failure as a client sees it, on every transport. */
-export interface LockFailureBody {
-  statusCode: 400 | 409 | 503;
-  error: string;
-  code: string;
-  message: string;
-  /** Ms until the holder's lease ends, when busy. */
-  retryAfter?: number;
-}
 
 const handle = (next: CallHandler): Observable<unknown> => next.handle();
 
@@ -39,12 +35,15 @@ const handle = (next: CallHandler): Observable<unknown> => next.handle();
  * lock that `@Locked()` could not take becomes the transport's answer:
  * HTTP 409 Conflict with a `Retry-After` header when busy, 503 when the
  * nodes are unreachable, 400 for a key argument that cannot make a key;
- * an RpcException or WsException carrying the same body elsewhere. The
+ * an RpcException or WsException carrying the same body elsewhere. In a
+ * GraphQL resolver every LockError becomes a GraphQLError whose
+ * `extensions` carry its `code` (and `retryAfter` in seconds when busy). The
  * handler's own errors pass through untouched.
  *
  * RedisLockModule registers it for every handler unless
  * `contextInterceptor: false`; then apply it with `@UseInterceptors()`.
- * Subclass it and override {@link toTransportError} to answer differently.
+ * Subclass it and override {@link toTransportError} (or
+ * {@link toGraphQLError}) to answer differently.
  */
 @Injectable()
 export class LockContextInterceptor implements NestInterceptor {
@@ -53,9 +52,14 @@ export class LockContextInterceptor implements NestInterceptor {
   constructor(@Optional() protected readonly adapterHost?: HttpAdapterHost) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
-    const locks = new RequestLocks();
     const carrier = this.requestOf(context);
-    if (carrier) attachRequestLocks(carrier, locks);
+    // The root fields of one GraphQL operation are resolved one interceptor call each, all
+    // with the operation's context: they share its list instead of replacing each other's.
+    let locks = context.getType<string>() === 'graphql' ? getRequestLocks(carrier) : undefined;
+    if (!locks) {
+      locks = new RequestLocks();
+      if (carrier) attachRequestLocks(carrier, locks);
+    }
     const parent = lockStorage.getStore();
     // The request's frame carries the enclosing call chain's locks (if any) unchanged.
     const frame: LockFrame = {
@@ -70,7 +74,7 @@ export class LockContextInterceptor implements NestInterceptor {
       handled.subscribe({
         next: (value) => subscriber.next(value),
         error: (error: unknown) => {
-          if (!isLockFailure(error)) return subscriber.error(error);
+          if (!this.answers(error, context)) return subscriber.error(error);
           // A subclass's toTransportError may throw, or not be async: settle it either way.
           new Promise((resolve) =>
             resolve(this.toTransportError(error as LockError, context)),
@@ -84,16 +88,37 @@ export class LockContextInterceptor implements NestInterceptor {
     );
   }
 
-  /** The object a request's locks are attached to: HTTP request, RPC context, WebSocket client. */
+  /**
+   * Whether `error` is the interceptor's to answer: a lock that `@Locked()` or
+   * LockService could not take. In a GraphQL resolver, any LockError: a
+   * GraphQL response shows the client the message of whatever a resolver
+   * throws, and a LockError's message names resources.
+   */
+  protected answers(error: unknown, context: ExecutionContext): error is LockError {
+    return (
+      isLockFailure(error) ||
+      (error instanceof LockError && context.getType<string>() === 'graphql')
+    );
+  }
+
+  /**
+   * The object a request's locks are attached to: HTTP request, RPC context,
+   * WebSocket client, GraphQL context.
+   */
   protected requestOf(context: ExecutionContext): object | undefined {
-    // What switchToHttp().getRequest(), switchToRpc().getContext() and switchToWs().getClient()
-    // return, without the closures each switchTo*() call adds to the context.
-    const carrier = context.getArgByIndex<unknown>(context.getType<string>() === 'rpc' ? 1 : 0);
+    // What switchToHttp().getRequest(), switchToRpc().getContext(), switchToWs().getClient() and
+    // GqlExecutionContext.getContext() return, without the closures each switchTo*() call adds
+    // to the context, and without loading @nestjs/graphql.
+    const type = context.getType<string>();
+    const carrier = context.getArgByIndex<unknown>(
+      type === 'rpc' ? 1 : type === 'graphql' ? GRAPHQL_CONTEXT_ARG : 0,
+    );
     return typeof carrier === 'object' && carrier !== null ? carrier : undefined;
   }
 
   /** Turns a lock failure of `@Locked()` into what the transport answers. */
   protected async toTransportError(error: LockError, context: ExecutionContext): Promise<unknown> {
+    if (context.getType<string>() === 'graphql') return this.toGraphQLError(error, context);
     const body = lockFailureBody(error);
     if (!body) return error;
     // The client hears little; the operator hears what it needs to act.
@@ -119,56 +144,25 @@ export class LockContextInterceptor implements NestInterceptor {
     return error;
   }
 
+  /**
+   * The GraphQLError a resolver's lock failure becomes, with `extensions.code`
+   * and, when busy, `extensions.retryAfter` (seconds). The LockError is its
+   * `originalError`, for server-side error formatters and plugins.
+   */
+  protected async toGraphQLError(error: LockError, _context: ExecutionContext): Promise<unknown> {
+    if (isServerSideLockFailure(error)) {
+      if (!wasLogged(error)) this.logger.error(error.message);
+    } else if (error instanceof LockKeyError) this.logger.warn(error.message);
+    const { message, extensions } = lockGraphQLErrorBody(error);
+    // Loaded here, on the first GraphQL lock failure: only GraphQL apps have the package.
+    const { GraphQLError } = await import('graphql');
+    return new GraphQLError(message, { extensions, originalError: error });
+  }
+
   protected setRetryAfter(context: ExecutionContext, retryAfterMs: number): void {
     const adapter = this.adapterHost?.httpAdapter;
     const response = context.switchToHttp().getResponse<unknown>();
     if (adapter && response)
-      adapter.setHeader(
-        response,
-        'Retry-After',
-        String(Math.max(1, Math.ceil(retryAfterMs / 1000))),
-      );
+      adapter.setHeader(response, 'Retry-After', String(retryAfterSeconds(retryAfterMs)));
   }
-}
-
-/**
- * The client-facing body of a lock failure; undefined for errors that are not
- * the client's concern. It names no resource, class or template: those go to
- * the server's log.
- */
-export function lockFailureBody(error: LockError): LockFailureBody | undefined {
-  if (error instanceof LockBusyError) {
-    const retry =
-      error.retryAfter === undefined
-        ? ''
-        : ` Retry in ${Math.max(1, Math.ceil(error.retryAfter / 1000))} s.`;
-    const message =
-      error instanceof LockTimeoutError
-        ? `Busy: another request kept this resource locked for longer than the wait allows.${retry}`
-        : `Busy: another request holds the lock on this resource.${retry}`;
-    return {
-      statusCode: 409,
-      error: 'Conflict',
-      code: error.code,
-      message,
-      retryAfter: error.retryAfter,
-    };
-  }
-  if (error instanceof LockUnavailableError) {
-    return {
-      statusCode: 503,
-      error: 'Service Unavailable',
-      code: error.code,
-      message: 'The lock service is unavailable; try again later.',
-    };
-  }
-  if (error instanceof LockKeyError) {
-    return {
-      statusCode: 400,
-      error: 'Bad Request',
-      code: error.code,
-      message: error.publicMessage,
-    };
-  }
-  return undefined;
 }
