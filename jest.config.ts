@@ -4,10 +4,9 @@ import { createDefaultEsmPreset, type JestConfigWithTsJest } from 'ts-jest';
 // (NODE_OPTIONS=--experimental-vm-modules, set by `npm test`).
 // tsconfig.json has isolatedModules, so ts-jest only transpiles;
 // `npm run typecheck` is the type gate.
-const config: JestConfigWithTsJest = {
+const shared = {
   ...createDefaultEsmPreset({ tsconfig: 'tsconfig.json' }),
   testEnvironment: 'node',
-  testMatch: ['<rootDir>/test/**/*.spec.ts', '<rootDir>/test/**/*.e2e-spec.ts'],
   modulePathIgnorePatterns: ['<rootDir>/dist/'],
   moduleNameMapper: {
     '^(\\.{1,2}/.*)\\.js$': '$1',
@@ -15,8 +14,46 @@ const config: JestConfigWithTsJest = {
     '^nestjs-redis-lock$': '<rootDir>/lib/index.ts',
     '^nestjs-redis-lock/(engine|health|telemetry|fenced|testing)$': '<rootDir>/lib/$1/index.ts',
   },
+} satisfies JestConfigWithTsJest;
+
+const ALL = ['<rootDir>/test/**/*.spec.ts', '<rootDir>/test/**/*.e2e-spec.ts'];
+
+/** Specs that start no server and spawn no process: seconds, for the edit-test loop. */
+const UNIT = [
+  'test/cli/cli-output.spec.ts',
+  'test/engine/wait-queue.spec.ts',
+  'test/input/engine-options.spec.ts',
+  'test/nest/lock-key.spec.ts',
+  'test/observability/entry-points.spec.ts',
+  'test/sample/checkout.service.spec.ts',
+  'test/support/nest-smoke.spec.ts',
+  'test/testing/in-memory-engine.spec.ts',
+  'test/testing/redis-lock-testing.module.spec.ts',
+  'test/topologies/topology-specs.spec.ts',
+].map((file) => `<rootDir>/${file}`);
+
+/** The fault-injection suite and the packed-package checks: the slow ones, run by name. */
+const CHAOS = ['<rootDir>/test/chaos/'];
+const PACKAGE = ['<rootDir>/test/package/'];
+
+/**
+ * Four projects, each runnable alone (`npm run test:unit`, `test:integration`,
+ * `test:chaos`, `test:package`); `npm test` runs them all.
+ */
+const config: JestConfigWithTsJest = {
   testTimeout: 30_000,
   maxWorkers: 2,
+  projects: [
+    { ...shared, displayName: 'unit', testMatch: UNIT },
+    {
+      ...shared,
+      displayName: 'integration',
+      testMatch: ALL,
+      testPathIgnorePatterns: [...UNIT, ...CHAOS, ...PACKAGE, '/node_modules/'],
+    },
+    { ...shared, displayName: 'chaos', testMatch: ALL, roots: CHAOS },
+    { ...shared, displayName: 'package', testMatch: ALL, roots: PACKAGE },
+  ],
 };
 
 export default config;
