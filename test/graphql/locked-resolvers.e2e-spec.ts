@@ -60,6 +60,7 @@ const typeDefs = /* GraphQL */ `
     n: Int!
     token: Float
     tokenSeenByFeed: Float
+    tokenInContext: Float
   }
 
   type Query {
@@ -90,6 +91,7 @@ interface Receipt {
   n: number;
   token: number | null;
   tokenSeenByFeed: number | null;
+  tokenInContext: number | null;
 }
 
 @Injectable()
@@ -115,7 +117,10 @@ class ReceiptChannel implements AsyncIterableIterator<{ receipts: Receipt }> {
   /** Resolves when the subscriber has called `return()`. */
   readonly returned = deferred<void>();
 
-  constructor(private readonly token: number | undefined) {}
+  constructor(
+    private readonly token: number | undefined,
+    private readonly tokenInContext: number | undefined,
+  ) {}
 
   publish(n: number): void {
     const reader = this.reader;
@@ -152,7 +157,14 @@ class ReceiptChannel implements AsyncIterableIterator<{ receipts: Receipt }> {
   }
 
   private receipt(n: number, seen: number | undefined): { receipts: Receipt } {
-    return { receipts: { n, token: this.token ?? null, tokenSeenByFeed: seen ?? null } };
+    return {
+      receipts: {
+        n,
+        token: this.token ?? null,
+        tokenSeenByFeed: seen ?? null,
+        tokenInContext: this.tokenInContext ?? null,
+      },
+    };
   }
 }
 
@@ -166,8 +178,8 @@ class ReceiptFeed {
     return entry;
   }
 
-  open(id: string, token: number | undefined): ReceiptChannel {
-    const channel = new ReceiptChannel(token);
+  open(id: string, token: number | undefined, tokenInContext: number | undefined): ReceiptChannel {
+    const channel = new ReceiptChannel(token, tokenInContext);
     this.entry(id).resolve(channel);
     return channel;
   }
@@ -237,8 +249,8 @@ class PaymentsResolver {
 
   @Subscription()
   @Locked('feed:<0>', { wait: false })
-  receipts(@Args('id') id: string, @FencingToken() token?: number) {
-    return this.feed.open(id, token);
+  receipts(@Args('id') id: string, @Context() context: object, @FencingToken() token?: number) {
+    return this.feed.open(id, token, getRequestLocks(context)?.token);
   }
 
   private answer(id: string, context: object, token: number | undefined): Payment {
@@ -356,7 +368,7 @@ describe.each(drivers)('@Locked on GraphQL resolvers (%s)', (driver, createApp) 
     const error = onlyError(second);
     expect(error.path).toEqual(['pay']);
     expect(error.extensions).toMatchObject({ code: 'LOCK_BUSY' });
-    // Whole seconds, as in an HTTP Retry-After header: the lease is 30 s by default.
+    // Whole seconds, as in an HTTP Retry-After header, where the HTTP body counts ms.
     expect(error.extensions!.retryAfter).toEqual(expect.any(Number));
     expect(Number.isInteger(error.extensions!.retryAfter)).toBe(true);
     expect(error.extensions!.retryAfter).toBeGreaterThanOrEqual(1);
@@ -467,7 +479,7 @@ describe.each(drivers)('@Locked on GraphQL resolvers (%s)', (driver, createApp) 
   async function receiptsOf(orderId: string) {
     const subscription = new ClientSubscription<{ receipts: Receipt }>(
       subscriptions,
-      'subscription ($id: ID!) { receipts(id: $id) { n token tokenSeenByFeed } }',
+      'subscription ($id: ID!) { receipts(id: $id) { n token tokenSeenByFeed tokenInContext } }',
       { id: orderId },
     );
     const reading = subscription.next();
@@ -483,6 +495,8 @@ describe.each(drivers)('@Locked on GraphQL resolvers (%s)', (driver, createApp) 
     expect(first.token).toEqual(expect.any(Number));
     // The iterator's reads run in the lock's frame: LockContext works there.
     expect(first.tokenSeenByFeed).toBe(first.token);
+    // Both drivers give subscriptions a context of their own, which carries the locks.
+    expect(first.tokenInContext).toBe(first.token);
 
     await expect(locks.tryAcquire(`feed:${id(9)}`)).rejects.toMatchObject({ code: 'LOCK_BUSY' });
     const refused = await new ClientSubscription(
