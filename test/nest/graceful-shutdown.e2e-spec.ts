@@ -106,17 +106,26 @@ describe('graceful shutdown on SIGTERM', () => {
     return { app, url: `http://127.0.0.1:${listening.port}` };
   }
 
-  it('lets the locked method finish, releases on every node before another instance gets the lock, and exits in time', async () => {
-    const { app, url } = await startApp(5000);
-    const request = fetch(`${url}/work?ms=1500`, { method: 'POST' });
+  /**
+   * Starts the app, sends it a locked request whose work takes `workMs`, and
+   * SIGTERM once the work began; another instance then asks for the same
+   * lock at once and waits (`granted`: when it got it).
+   */
+  async function signalDuringWork(shutdownTimeout: number, workMs: number) {
+    const { app, url } = await startApp(shutdownTimeout);
+    const request = fetch(`${url}/work?ms=${workMs}`, { method: 'POST' });
     await app.next('started');
     const signalled = now();
     app.child.kill('SIGTERM');
-    // Another instance asks for the same lock at once, and waits.
     const granted = other.acquire('shutdown:work', { waitTimeout: 10_000 }).then((lock) => {
       const at = now();
       return lock.release().then(() => at);
     });
+    return { app, url, request, signalled, granted };
+  }
+
+  it('lets the locked method finish, releases on every node before another instance gets the lock, and exits in time', async () => {
+    const { app, url, request, signalled, granted } = await signalDuringWork(5000, 1500);
     // Meanwhile the app takes no new lock: another request is turned away with 503.
     const refused = await fetch(`${url}/work?ms=10`, { method: 'POST' });
     expect(refused.status).toBe(503);
@@ -135,15 +144,7 @@ describe('graceful shutdown on SIGTERM', () => {
   });
 
   it('aborts the signal of a method that outlives shutdownTimeout, then releases its lock', async () => {
-    const { app, url } = await startApp(500);
-    const request = fetch(`${url}/work?ms=20000`, { method: 'POST' });
-    await app.next('started');
-    const signalled = now();
-    app.child.kill('SIGTERM');
-    const granted = other.acquire('shutdown:work', { waitTimeout: 10_000 }).then((lock) => {
-      const at = now();
-      return lock.release().then(() => at);
-    });
+    const { app, request, signalled, granted } = await signalDuringWork(500, 20_000);
     const aborted = await app.next('aborted');
     // Told after the timeout, long before the work would have ended.
     expect(aborted.at - signalled).toBeGreaterThanOrEqual(450);
