@@ -14,6 +14,7 @@ import {
 } from './lock-errors.js';
 import type { NodeResults } from './lock-events.js';
 import type { LockNode } from './lock-node.js';
+import type { LuaScript } from './lua-scripts.js';
 import {
   checkMs,
   type AcquireOptions,
@@ -109,6 +110,13 @@ const CALL_OPTIONS = new Set([
   'onReleased',
 ]);
 
+/** As the engine's: a new fence counter starts at the wall clock in ms times this. */
+const FENCE_SEED_SCALE = 1024;
+
+/** A semaphore permit's slot; undefined for other holdings. */
+const slotOf = (lock: Lock): number | undefined =>
+  'slot' in lock && typeof lock.slot === 'number' ? lock.slot : undefined;
+
 const SINGLE_ATTEMPT: RetryOptions = Object.freeze({ attempts: 0 });
 
 /** A lease's identity on the nodes: 128 random bits. */
@@ -133,16 +141,30 @@ const counts = (round: RoundResult<unknown>): NodeResults => ({
  * `signal`, `extend()`, `release()` and `await using` work as for a lock.
  */
 export abstract class LeasePrimitive implements LockOwner {
-  /** The key whose channel wakes this primitive's waiters (the holders hash). */
-  protected abstract readonly channelKey: string;
+  /** The resource's lock key, `<keyPrefix>{<name>}`: every key below shares its hash tag. */
+  protected readonly lockKey: string;
+  /** The holders hash; releases publish on its channel, which wakes the waiters. */
+  protected readonly channelKey: string;
+  /** The nodes' line of waiters. */
+  protected readonly lineKey: string;
 
   constructor(
     protected readonly parts: EngineParts,
-    /** What errors and events name. */
+    /** What errors name: the resource, checked as a lock's. */
     readonly name: string,
-  ) {}
+    suffix: string,
+    private readonly scripts: {
+      readonly writeback: LuaScript;
+      readonly extend: LuaScript;
+      readonly release: LuaScript;
+    },
+  ) {
+    this.lockKey = parts.lockKey(name);
+    this.channelKey = `${this.lockKey}:${suffix}`;
+    this.lineKey = `${this.channelKey}:q`;
+  }
 
-  /** One node's acquisition call. `hint`: a semaphore's preferred slot. */
+  /** One node's acquisition call (see {@link fencingArgs} for the shared part). */
   protected abstract acquireCall(
     node: LockNode,
     kind: string,
@@ -150,14 +172,8 @@ export abstract class LeasePrimitive implements LockOwner {
     request: LeaseRequest,
     joinLine: boolean,
   ): Promise<LeaseReply>;
-  protected abstract writebackCall(
-    node: LockNode,
-    value: string,
-    token: number,
-    slot: number | undefined,
-  ): Promise<unknown>;
-  protected abstract extendCall(node: LockNode, lock: Lock, ttl: number): Promise<unknown>;
-  protected abstract releaseCall(node: LockNode, value: string): Promise<unknown>;
+  /** What identifies a holding on a node besides its value (a semaphore's slot). */
+  protected abstract where(slot: number | undefined): (string | number)[];
   /** Makes the handle of a grant. */
   protected abstract handle(
     kind: string,
@@ -167,8 +183,54 @@ export abstract class LeasePrimitive implements LockOwner {
     validUntil: number,
     slot: number | undefined,
   ): Lock;
-  /** The keys a waiter leaves on every node when it gives up: the line and its id there. */
-  protected abstract lineKey: string;
+
+  /**
+   * KEYS and ARGV every acquisition script starts with: the holders hash, the
+   * line and the node's fence counter; then fencing '1' | '0', the seed of a
+   * new counter and the counter's TTL.
+   */
+  protected fencingArgs(node: LockNode): {
+    keys: string[];
+    fencing: (string | number)[];
+  } {
+    const { fencing, fenceCounterTtl } = this.parts.options;
+    const counter = this.parts.counter(node, this.lockKey);
+    return {
+      keys: [this.channelKey, this.lineKey, counter.key],
+      fencing: [
+        fencing ? '1' : '0',
+        fencing && fenceCounterTtl > 0 ? Date.now() * FENCE_SEED_SCALE : 0,
+        counter.ttl,
+      ],
+    };
+  }
+
+  private writebackCall(node: LockNode, value: string, token: number, slot: number | undefined) {
+    const counter = this.parts.counter(node, this.lockKey);
+    return node.run(
+      this.scripts.writeback,
+      [this.channelKey, counter.key],
+      [value, counter.ttl, token, ...this.where(slot)],
+    );
+  }
+
+  private extendCall(node: LockNode, lock: Lock, ttl: number) {
+    return node.run(
+      this.scripts.extend,
+      [this.channelKey],
+      [lock.value, ttl, ...this.where(slotOf(lock))],
+    );
+  }
+
+  private releaseCall(node: LockNode, value: string) {
+    // A cluster's message stays on the key's shard (SPUBLISH), as the plain lock's does.
+    const { notify } = this.parts;
+    return node.run(
+      this.scripts.release,
+      [this.channelKey, this.lineKey],
+      [value, node.topology === 'cluster' && notify === '1' ? 's' : notify, this.parts.sender],
+    );
+  }
 
   /** Waits per the retry policy; throws LockTimeoutError when it stays busy. */
   protected async acquireLease(kind: string, options: AcquireOptions = {}): Promise<Lock> {
@@ -290,26 +352,20 @@ export abstract class LeasePrimitive implements LockOwner {
     if (request.waiter === '') request.waiter = value;
     const joinLine = request.waiting && request.lineLease > 0;
     const { fencing } = this.parts.options;
-    const round = await quorumRound(
-      this.parts.nodes,
-      (node, i) => {
-        const send = async () => {
-          const reply = await this.acquireCall(node, kind, value, request, joinLine);
-          if (!reply.granted) return reply;
-          const excluded = this.parts.excluded(i);
-          if (excluded !== undefined)
-            throw new Error(`granted, but not counted toward the quorum: ${excluded}`);
-          if (fencing && typeof reply.token !== 'number')
-            throw new Error('granted, but without a fencing token; not counted toward the quorum');
-          return reply;
-        };
-        const checking = this.parts.pending(i);
-        return checking ? checking.then(send) : send();
-      },
-      (reply) => reply.granted,
-      this.parts.quorum,
-      request.nodeTimeout,
-    );
+    const round = await this.grantRound((node, i) => {
+      const send = async () => {
+        const reply = await this.acquireCall(node, kind, value, request, joinLine);
+        if (!reply.granted) return reply;
+        const excluded = this.parts.excluded(i);
+        if (excluded !== undefined)
+          throw new Error(`granted, but not counted toward the quorum: ${excluded}`);
+        if (fencing && typeof reply.token !== 'number')
+          throw new Error('granted, but without a fencing token; not counted toward the quorum');
+        return reply;
+      };
+      const checking = this.parts.pending(i);
+      return checking ? checking.then(send) : send();
+    }, request.nodeTimeout);
     if (joinLine) request.inLine = true;
     // The slot a quorum granted (a read-write lock has none: every grant agrees).
     const bySlot = new Map<number | undefined, number[]>();
@@ -331,11 +387,14 @@ export abstract class LeasePrimitive implements LockOwner {
         throw error;
       }
       if (token !== undefined && performance.now() < validUntil) {
-        // Nodes that granted our value another slot (a split vote) give it back.
-        if (bySlot.size > 1 || granting.length < this.parts.nodes.length) {
-          this.parts.nodes.forEach((node, i) => {
-            if (!granting.includes(i)) this.releaseCall(node, value).catch(() => undefined);
-          });
+        // Nodes that granted our value another slot (a split vote) give it back; a late grant
+        // of another slot expires unextended, or goes with our release.
+        if (bySlot.size > 1) {
+          for (const [other, nodes] of bySlot) {
+            if (other === slot) continue;
+            for (const i of nodes)
+              this.releaseCall(this.parts.nodes[i], value).catch(() => undefined);
+          }
         }
         return this.handle(kind, value, fencing ? [token] : [], request.ttl, validUntil, slot);
       }
@@ -343,6 +402,80 @@ export abstract class LeasePrimitive implements LockOwner {
     this.cleanUp(value);
     if (best && best[1].length > 1 && bySlot.size > 1) request.hint = best[0];
     return this.refusal(round, request, bySlot.size > 1);
+  }
+
+  /**
+   * {@link quorumRound} for grants that must agree on a slot: it settles as
+   * soon as one slot has a quorum of grants, or no slot can get one any more
+   * (counting the nodes still pending), or at the timeout. A plain quorum of
+   * grants would settle on two slots' grants and lose the third node's vote.
+   * A read-write lock's grants have no slot: the same rule as a lock's round.
+   */
+  private grantRound(
+    send: (node: LockNode, index: number) => Promise<LeaseReply>,
+    timeoutMs: number,
+  ): Promise<RoundResult<LeaseReply>> {
+    const { nodes, quorum } = this.parts;
+    const count = nodes.length;
+    const result: RoundResult<LeaseReply> = {
+      replies: new Array<LeaseReply | undefined>(count),
+      errors: new Array<Error | undefined>(count),
+      yes: 0,
+      no: 0,
+      failed: 0,
+    };
+    const perSlot = new Map<number | undefined, number>();
+    let best = 0;
+    return new Promise((resolve) => {
+      let settled = false;
+      let timer: NodeJS.Timeout | undefined;
+      const finish = () => {
+        settled = true;
+        clearTimeout(timer);
+        resolve(result);
+      };
+      const decide = () => {
+        const pending = count - result.yes - result.no - result.failed;
+        if (best >= quorum || best + pending < quorum) finish();
+      };
+      for (let i = 0; i < count; i++) {
+        send(nodes[i], i).then(
+          (reply) => {
+            if (settled) return;
+            result.replies[i] = reply;
+            if (reply.granted) {
+              result.yes++;
+              const votes = (perSlot.get(reply.slot) ?? 0) + 1;
+              perSlot.set(reply.slot, votes);
+              best = Math.max(best, votes);
+            } else {
+              result.no++;
+            }
+            decide();
+          },
+          (error: unknown) => {
+            if (settled) return;
+            result.errors[i] = error instanceof Error ? error : new Error(String(error));
+            result.failed++;
+            decide();
+          },
+        );
+      }
+      // As quorumRound: the clock starts once the commands have left (end of this turn).
+      setImmediate(() => {
+        if (settled) return;
+        timer = setTimeout(() => {
+          if (settled) return;
+          for (let i = 0; i < count; i++) {
+            if (result.replies[i] === undefined && result.errors[i] === undefined) {
+              result.errors[i] = new Error(`no answer within ${Math.round(timeoutMs)} ms`);
+              result.failed++;
+            }
+          }
+          finish();
+        }, timeoutMs);
+      });
+    });
   }
 
   /**

@@ -58,18 +58,13 @@ type Reply = [granted: 0 | 1, value?: number];
  * await catalogue.using('write', (hold) => importFeed(hold.token));
  */
 export class ReadWriteLock extends LeasePrimitive {
-  /** The holders hash; releases publish on its channel. */
-  protected readonly channelKey: string;
-  protected readonly lineKey: string;
-  private readonly lockKey: string;
-
-  /** @internal Made by `LockEngine.readWriteLock()`. */
+  /** @internal Made by `readWriteLock()` (lease-parts.ts). */
   constructor(parts: EngineParts, resource: string) {
-    const name = parts.resourceName(resource);
-    super(parts, name);
-    this.lockKey = parts.lockKey(name);
-    this.channelKey = `${this.lockKey}:rw`;
-    this.lineKey = `${this.lockKey}:rw:q`;
+    super(parts, parts.resourceName(resource), 'rw', {
+      writeback: RW_WRITEBACK,
+      extend: RW_EXTEND,
+      release: RW_RELEASE,
+    });
   }
 
   /** Waits for the lock in `mode` per the retry policy (LockTimeoutError when it stays busy). */
@@ -114,43 +109,15 @@ export class ReadWriteLock extends LeasePrimitive {
     request: LeaseRequest,
     joinLine: boolean,
   ): Promise<LeaseReply> {
-    const { fencing } = this.parts.options;
-    const counter = this.parts.counter(node, this.lockKey);
-    const seed = fencing && this.parts.options.fenceCounterTtl > 0 ? Date.now() * 1024 : 0;
-    const args: (string | number)[] = [
-      value,
-      MODES[mode as LockMode],
-      request.ttl,
-      fencing ? '1' : '0',
-      seed,
-      counter.ttl,
-    ];
+    const { keys, fencing } = this.fencingArgs(node);
+    const args = [value, MODES[mode as LockMode], request.ttl, ...fencing];
     if (joinLine) args.push(request.waiter, request.arrival, request.lineLease);
-    const reply = (await node.run(
-      RW_ACQUIRE,
-      [this.channelKey, this.lineKey, counter.key],
-      args,
-    )) as Reply;
+    const reply = (await node.run(RW_ACQUIRE, keys, args)) as Reply;
     return reply[0] === 1 ? { granted: true, token: reply[1] } : { granted: false, wait: reply[1] };
   }
 
-  protected writebackCall(node: LockNode, value: string, token: number): Promise<unknown> {
-    const counter = this.parts.counter(node, this.lockKey);
-    return node.run(RW_WRITEBACK, [this.channelKey, counter.key], [value, counter.ttl, token]);
-  }
-
-  protected extendCall(node: LockNode, lock: Lock, ttl: number): Promise<unknown> {
-    return node.run(RW_EXTEND, [this.channelKey], [lock.value, ttl]);
-  }
-
-  protected releaseCall(node: LockNode, value: string): Promise<unknown> {
-    const notify =
-      node.topology === 'cluster' && this.parts.notify === '1' ? 's' : this.parts.notify;
-    return node.run(
-      RW_RELEASE,
-      [this.channelKey, this.lineKey],
-      [value, notify, this.parts.sender],
-    );
+  protected where(): [] {
+    return [];
   }
 
   protected handle(

@@ -22,21 +22,46 @@ export function extraScript(name: string, body: string, prelude = ''): LuaScript
 export const LINE_PLACES = 64;
 
 /**
- * Lua shared by the read-write scripts. A resource's holders live in one hash,
- * `<lock key>:rw`, value -> 'mode expiry token' (mode 'r' or 'w', expiry in
- * ms of the node's clock): every reader has its own lease, renewed and pruned
- * on its own, so a crashed reader holds writers off only until its own lease
- * ends. The hash's TTL covers its longest lease and is only a backstop.
- *
- * `now()` reads the node's clock (TIME; these scripts need it, unlike the
- * plain lock's line, which is optional). `holders()` prunes the expired
- * entries and returns the live ones as a list of {value, mode, expiry, token}.
+ * Lua shared by the read-write and semaphore scripts: `now()` reads the
+ * node's clock in ms (TIME: these scripts need it, unlike the plain lock's
+ * line, which is optional); `cover()` makes a key live at least `ms` more;
+ * `setCounter()` writes a fence counter with its TTL (ARGV[counterTtl] '0':
+ * none); `raise()` lifts it to a token found elsewhere, never lowers it;
+ * `increment()` counts a grant: a counter that does not exist starts at the
+ * seed (a clock reading past any earlier token), as the plain lock's does.
  */
-const RW_PRELUDE = `local function now()
+export const LEASE_LUA = `local function now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local function holders(key, clock)
+local function cover(key, ms)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+end
+local function setCounter(key, value, ttl)
+  if ttl == '0' then redis.call('SET', key, value) else redis.call('SET', key, value, 'PX', ttl) end
+end
+local function raise(key, token, ttl)
+  if (tonumber(redis.call('GET', key)) or 0) < tonumber(token) then setCounter(key, token, ttl) end
+end
+local function increment(key, seed, ttl)
+  local token = redis.call('INCR', key)
+  if token == 1 and seed ~= '0' then
+    setCounter(key, seed, ttl)
+    return tonumber(seed)
+  end
+  return token
+end
+`;
+
+/**
+ * A resource's holders live in one hash, `<lock key>:rw`, value -> 'mode
+ * expiry token' (mode 'r' or 'w', expiry in ms of the node's clock): every
+ * reader has its own lease, renewed and pruned on its own, so a crashed
+ * reader holds writers off only until its own lease ends. The hash's TTL
+ * covers its longest lease and is only a backstop. `holders()` prunes the
+ * expired entries and returns the live ones as {value, mode, expiry, token}.
+ */
+const RW_PRELUDE = `${LEASE_LUA}local function holders(key, clock)
   local entries, live = redis.call('HGETALL', key), {}
   for i = 1, #entries, 2 do
     local mode, expiry, token = string.match(entries[i + 1], '^(%a) (%d+) (%d+)$')
@@ -48,9 +73,6 @@ local function holders(key, clock)
     end
   end
   return live
-end
-local function cover(key, ms)
-  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
 end
 `;
 
@@ -121,22 +143,13 @@ if blocked >= 0 or ahead then
 end
 if waiter ~= '' then redis.call('HDEL', KEYS[2], waiter) end
 local token = 0
-if ARGV[4] == '1' then
-  local function set(v)
-    if ARGV[6] == '0' then redis.call('SET', KEYS[3], v) else redis.call('SET', KEYS[3], v, 'PX', ARGV[6]) end
-  end
-  if mode == 'w' then
-    token = redis.call('INCR', KEYS[3])
-    if token == 1 and ARGV[5] ~= '0' then
-      set(ARGV[5])
-      token = tonumber(ARGV[5])
-    end
-  else
-    token = tonumber(redis.call('GET', KEYS[3]))
-    if not token then
-      token = tonumber(ARGV[5])
-      if token > 0 then set(ARGV[5]) end
-    end
+if ARGV[4] == '1' and mode == 'w' then
+  token = increment(KEYS[3], ARGV[5], ARGV[6])
+elseif ARGV[4] == '1' then
+  token = tonumber(redis.call('GET', KEYS[3]))
+  if not token then
+    token = tonumber(ARGV[5])
+    if token > 0 then setCounter(KEYS[3], ARGV[5], ARGV[6]) end
   end
 end
 redis.call('HSET', KEYS[1], value, string.format('%s %d %d', mode, clock + ttl, token))
@@ -157,13 +170,7 @@ export const RW_WRITEBACK = extraScript(
   `local clock = now()
 for _, h in ipairs(holders(KEYS[1], clock)) do
   if h.value == ARGV[1] then
-    if (tonumber(redis.call('GET', KEYS[2])) or 0) < tonumber(ARGV[3]) then
-      if ARGV[2] == '0' then
-        redis.call('SET', KEYS[2], ARGV[3])
-      else
-        redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
-      end
-    end
+    raise(KEYS[2], ARGV[3], ARGV[2])
     redis.call('HSET', KEYS[1], h.value, string.format('%s %d %s', h.mode, h.expiry, ARGV[3]))
     return 1
   end

@@ -1,4 +1,4 @@
-import { extraScript, LINE_PLACES } from './rw-lua.js';
+import { extraScript, LEASE_LUA, LINE_PLACES } from './rw-lua.js';
 
 /**
  * Lua shared by the semaphore scripts. A semaphore's permits are numbered
@@ -10,11 +10,7 @@ import { extraScript, LINE_PLACES } from './rw-lua.js';
  * permits, grants on {1,2}, {2,3} and {1,3} leave each node at 2 while three
  * permits are valid.
  */
-const SEM_PRELUDE = `local function now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function permits(key, clock)
+const SEM_PRELUDE = `${LEASE_LUA}local function permits(key, clock)
   local entries, live = redis.call('HGETALL', key), {}
   for i = 1, #entries, 2 do
     local value, expiry, token = string.match(entries[i + 1], '^(%S+) (%d+) (%d+)$')
@@ -26,9 +22,6 @@ local function permits(key, clock)
     end
   end
   return live
-end
-local function cover(key, ms)
-  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
 end
 `;
 
@@ -104,11 +97,7 @@ end
 if waiter ~= '' then redis.call('HDEL', KEYS[2], waiter) end
 local token = 0
 if ARGV[4] == '1' then
-  token = redis.call('INCR', KEYS[3])
-  if token == 1 and ARGV[5] ~= '0' then
-    if ARGV[6] == '0' then redis.call('SET', KEYS[3], ARGV[5]) else redis.call('SET', KEYS[3], ARGV[5], 'PX', ARGV[6]) end
-    token = tonumber(ARGV[5])
-  end
+  token = increment(KEYS[3], ARGV[5], ARGV[6])
 end
 redis.call('HSET', KEYS[1], slot, string.format('%s %d %d', value, clock + ttl, token))
 cover(KEYS[1], ttl)
@@ -127,13 +116,7 @@ export const SEM_WRITEBACK = extraScript(
   'sem-writeback',
   `for _, p in ipairs(permits(KEYS[1], now())) do
   if p.value == ARGV[1] and p.slot == tonumber(ARGV[4]) then
-    if (tonumber(redis.call('GET', KEYS[2])) or 0) < tonumber(ARGV[3]) then
-      if ARGV[2] == '0' then
-        redis.call('SET', KEYS[2], ARGV[3])
-      else
-        redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
-      end
-    end
+    raise(KEYS[2], ARGV[3], ARGV[2])
     redis.call('HSET', KEYS[1], p.slot, string.format('%s %d %s', p.value, p.expiry, ARGV[3]))
     return 1
   end

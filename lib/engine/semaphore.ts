@@ -56,11 +56,7 @@ type Reply = [granted: 0 | 1, slotOrWait?: number, token?: number];
  * await payments.using(() => provider.charge(order));
  */
 export class Semaphore extends LeasePrimitive {
-  protected readonly channelKey: string;
-  protected readonly lineKey: string;
-  private readonly lockKey: string;
-
-  /** @internal Made by `LockEngine.semaphore()`. */
+  /** @internal Made by `semaphore()` (lease-parts.ts). */
   constructor(
     parts: EngineParts,
     name: string,
@@ -73,10 +69,11 @@ export class Semaphore extends LeasePrimitive {
         `A semaphore has a whole number of permits from 1 to ${MAX_PERMITS} (got ${String(permits)} for '${checked}').`,
       );
     }
-    super(parts, checked);
-    this.lockKey = parts.lockKey(checked);
-    this.channelKey = `${this.lockKey}:sem`;
-    this.lineKey = `${this.lockKey}:sem:q`;
+    super(parts, checked, 'sem', {
+      writeback: SEM_WRITEBACK,
+      extend: SEM_EXTEND,
+      release: SEM_RELEASE,
+    });
   }
 
   /** Waits for a permit per the retry policy (LockTimeoutError when none frees up in time). */
@@ -108,54 +105,17 @@ export class Semaphore extends LeasePrimitive {
     request: LeaseRequest,
     joinLine: boolean,
   ): Promise<LeaseReply> {
-    const { fencing, fenceCounterTtl } = this.parts.options;
-    const counter = this.parts.counter(node, this.lockKey);
-    const args: (string | number)[] = [
-      value,
-      this.permits,
-      request.ttl,
-      fencing ? '1' : '0',
-      fencing && fenceCounterTtl > 0 ? Date.now() * 1024 : 0,
-      counter.ttl,
-      request.hint ?? 0,
-    ];
+    const { keys, fencing } = this.fencingArgs(node);
+    const args = [value, this.permits, request.ttl, ...fencing, request.hint ?? 0];
     if (joinLine) args.push(request.waiter, request.arrival, request.lineLease);
-    const reply = (await node.run(
-      SEM_ACQUIRE,
-      [this.channelKey, this.lineKey, counter.key],
-      args,
-    )) as Reply;
+    const reply = (await node.run(SEM_ACQUIRE, keys, args)) as Reply;
     return reply[0] === 1
       ? { granted: true, slot: reply[1], token: reply[2] }
       : { granted: false, wait: reply[1] };
   }
 
-  protected writebackCall(
-    node: LockNode,
-    value: string,
-    token: number,
-    slot: number | undefined,
-  ): Promise<unknown> {
-    const counter = this.parts.counter(node, this.lockKey);
-    return node.run(
-      SEM_WRITEBACK,
-      [this.channelKey, counter.key],
-      [value, counter.ttl, token, slot ?? 0],
-    );
-  }
-
-  protected extendCall(node: LockNode, lock: Lock, ttl: number): Promise<unknown> {
-    return node.run(SEM_EXTEND, [this.channelKey], [lock.value, ttl, (lock as Permit).slot]);
-  }
-
-  protected releaseCall(node: LockNode, value: string): Promise<unknown> {
-    const notify =
-      node.topology === 'cluster' && this.parts.notify === '1' ? 's' : this.parts.notify;
-    return node.run(
-      SEM_RELEASE,
-      [this.channelKey, this.lineKey],
-      [value, notify, this.parts.sender],
-    );
+  protected where(slot: number | undefined): [number] {
+    return [slot ?? 0];
   }
 
   protected handle(
