@@ -1,6 +1,8 @@
 // The Nest layer
 export { RedisLockModule } from './nest/redis-lock.module.js';
 export { LockService } from './nest/lock.service.js';
+export { LeaderService } from './nest/leader.service.js';
+export type { SkippedRun } from './nest/scheduled-jobs.js';
 export { Locked } from './nest/locked.decorator.js';
 export { CurrentLock, FencingToken, LockSignal } from './nest/lock-params.decorator.js';
 export { LockContext, RequestLocks, getRequestLocks } from './nest/lock-context.js';
@@ -21,6 +23,11 @@ export type {
 export {
   LockEngine,
   Lock,
+  LeaderElection,
+  LeadershipEndedError,
+  type LeaderElectionOptions,
+  type LeaderTerm,
+  type RetirementReason,
   LOCK_DEFAULTS,
   MAX_RESOURCE_LENGTH,
   LockError,

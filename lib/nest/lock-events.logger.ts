@@ -10,6 +10,7 @@ import {
   type LockLogger,
 } from '../engine/index.js';
 import { markLogged } from './lock-failures.js';
+import type {} from './scheduled-jobs.js';
 
 /**
  * What the module logs about locks as they are used (start-up checks and
@@ -17,7 +18,7 @@ import { markLogged } from './lock-failures.js';
  * - `'warn'`: lost locks (warn) and acquisitions that failed because the
  *   nodes did not answer or are set up unsafely (error);
  * - `'debug'`: also one debug line per acquisition, contention, extension,
- *   release and busy or aborted acquisition;
+ *   release, busy or aborted acquisition, and skipped run of a scheduled job;
  * - `false`: none of these.
  */
 export type LockLogging = 'debug' | 'warn' | false;
@@ -75,6 +76,13 @@ export function logLockEvents(engine: LockEngine, logger: LockLogger, level: Loc
     debug(
       `${describeResources(resources)} busy at attempt ${attempt}` +
         (retryAfter === undefined ? '.' : `; the holder's lease ends in ${ms(retryAfter)}.`),
+    ),
+  );
+  engine.on('skipped', ({ job, resources, tick, retryAfter }) =>
+    debug(
+      `Skipped a run of ${job}: ${describeResources(resources)} is held by another instance, which runs or ran ` +
+        (tick === undefined ? 'it' : `the tick of ${new Date(tick).toISOString()}`) +
+        (retryAfter === undefined ? '.' : ` (held for ${ms(retryAfter)} more).`),
     ),
   );
   engine.on('extended', ({ lock, duration }) =>

@@ -1,4 +1,4 @@
-import { MAX_RESOURCE_LENGTH, resourceProblem } from '../engine/index.js';
+import { MAX_RESOURCE_LENGTH, resourceProblem } from '../engine/internal.js';
 import { LockKeyError } from './locked-errors.js';
 
 /** Builds the resource name(s) from the method's arguments (as the method receives them). */
@@ -8,7 +8,9 @@ export type LockKeyFunction = (...args: any[]) => string | readonly string[];
 /**
  * What `@Locked()` locks: a template such as `'order:<0>'` (`<0>` is the
  * method's first argument, `<1.id>` a property of the second), several
- * templates locked together, or a function of the arguments.
+ * templates locked together, or a function of the arguments. In a scheduled
+ * job's template, `<tick>` is the scheduled fire time (epoch ms), so that
+ * each tick has a lock of its own: `'report:<tick>'`.
  */
 export type LockKey = string | readonly string[] | LockKeyFunction;
 
@@ -21,14 +23,19 @@ interface Placeholder {
   readonly path: readonly string[];
 }
 
-type Part = string | Placeholder;
+/** `<tick>`: filled in with the tick the call belongs to. */
+const TICK = Symbol('tick');
+
+type Part = string | Placeholder | typeof TICK;
 
 /** A key, parsed once at decoration time. */
 export interface CompiledLockKey {
   /** The resource names for one call; throws LockKeyError for values that cannot be keys. */
-  resolve(args: readonly unknown[]): readonly string[];
+  resolve(args: readonly unknown[], tick?: number): readonly string[];
   /** The highest argument index a template refers to, -1 for none. */
   readonly maxIndex: number;
+  /** True when a template names `<tick>`: resolve() then needs the tick. */
+  readonly usesTick: boolean;
 }
 
 const PLACEHOLDER = /<([^<>]*)>/g;
@@ -58,9 +65,10 @@ export function compileLockKey(
   const maxIndex = Math.max(
     -1,
     ...parsed.flatMap((parts) =>
-      parts.filter((p): p is Placeholder => typeof p !== 'string').map((p) => p.index),
+      parts.filter((p): p is Placeholder => typeof p === 'object').map((p) => p.index),
     ),
   );
+  const usesTick = parsed.some((parts) => parts.includes(TICK));
   if (parameterCount !== undefined && maxIndex >= parameterCount) {
     throw new LockKeyError(
       `@Locked(${quote(templates)}) on ${where}: <${maxIndex}> refers to argument ${maxIndex}, but the method declares ` +
@@ -70,12 +78,17 @@ export function compileLockKey(
   if (parsed.length === 1) {
     const [parts] = parsed;
     const [template] = templates;
-    return { maxIndex, resolve: (args) => [render(parts, args, template, where)] };
+    return {
+      maxIndex,
+      usesTick,
+      resolve: (args, tick) => [render(parts, args, template, where, tick)],
+    };
   }
   return {
     maxIndex,
-    resolve: (args) => [
-      ...new Set(parsed.map((parts, i) => render(parts, args, templates[i], where))),
+    usesTick,
+    resolve: (args, tick) => [
+      ...new Set(parsed.map((parts, i) => render(parts, args, templates[i], where, tick))),
     ],
   };
 }
@@ -84,11 +97,16 @@ function parseTemplate(template: string, where: string): Part[] {
   const parts: Part[] = [];
   let last = 0;
   for (const match of template.matchAll(PLACEHOLDER)) {
+    if (match[1] === 'tick') {
+      parts.push(template.slice(last, match.index), TICK);
+      last = match.index + match[0].length;
+      continue;
+    }
     const found = INDEX_AND_PATH.exec(match[1]);
     if (!found) {
       throw new LockKeyError(
         `@Locked('${template}') on ${where}: '${match[0]}' is not a placeholder; write <0> for the first argument, ` +
-          '<0.id> or <1.customer.id> for a property of one.',
+          '<0.id> or <1.customer.id> for a property of one, or <tick> for the fire time of a scheduled job.',
       );
     }
     parts.push(template.slice(last, match.index));
@@ -116,11 +134,19 @@ function render(
   args: readonly unknown[],
   template: string,
   where: string,
+  tick: number | undefined,
 ): string {
   let key = '';
   for (const part of parts) {
     if (typeof part === 'string') {
       key += part;
+      continue;
+    }
+    if (part === TICK) {
+      // Computed by the decorator, never from a caller's input: a whole number of ms.
+      if (tick === undefined)
+        throw new LockKeyError(`@Locked('${template}') on ${where}: <tick> has no value.`);
+      key += String(tick);
       continue;
     }
     let value: unknown = args[part.index];
@@ -217,6 +243,7 @@ function percentEncode(character: string): string {
 function compileFunction(key: LockKeyFunction, where: string): CompiledLockKey {
   return {
     maxIndex: -1,
+    usesTick: false,
     resolve(args) {
       const result = key(...args);
       const list = typeof result === 'string' ? [result] : result;

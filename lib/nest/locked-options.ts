@@ -2,7 +2,9 @@ import { LockOptionsError, type AcquireOptions } from '../engine/index.js';
 import { checkMs, LOCK_DEFAULTS, resolveRetry } from '../engine/lock-options.js';
 import type { LockedDefaults, LockedOptions } from './redis-lock-module-options.interface.js';
 
-const KNOWN = new Set(['ttl', 'wait', 'retry', 'autoExtend', 'onBusy']);
+const KNOWN = new Set(['ttl', 'wait', 'retry', 'autoExtend', 'onBusy', 'holdAtLeast', 'tick']);
+/** Options of one method only, never module defaults. */
+const METHOD_ONLY = new Set(['onBusy', 'holdAtLeast', 'tick']);
 
 /** Checks the options of `@Locked()` (or the module's `locked` defaults) where they are written. */
 export function checkLockedOptions(
@@ -18,9 +20,9 @@ export function checkLockedOptions(
   }
   const o = options as Record<string, unknown>;
   for (const key of Object.keys(o)) {
-    if (!KNOWN.has(key) || (key === 'onBusy' && !allowOnBusy)) {
+    if (!KNOWN.has(key) || (METHOD_ONLY.has(key) && !allowOnBusy)) {
       throw new LockOptionsError(
-        `${where} has no option '${key}'; the options are: ${[...KNOWN].filter((k) => allowOnBusy || k !== 'onBusy').join(', ')}.`,
+        `${where} has no option '${key}'; the options are: ${[...KNOWN].filter((k) => allowOnBusy || !METHOD_ONLY.has(k)).join(', ')}.`,
       );
     }
   }
@@ -33,6 +35,8 @@ export function checkLockedOptions(
   if (o.onBusy !== undefined && typeof o.onBusy !== 'function') {
     throw new LockOptionsError(`${where}: onBusy must be a function (error, args) => result.`);
   }
+  if (o.holdAtLeast !== undefined) checkMs(`${where}: holdAtLeast`, o.holdAtLeast, 1);
+  if (o.tick !== undefined) checkMs(`${where}: tick`, o.tick, 1);
   return o as LockedOptions;
 }
 

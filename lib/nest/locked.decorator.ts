@@ -6,6 +6,7 @@ import { LOCK_PARAMS_METADATA, type LockParam } from './lock-params.decorator.js
 import { markLockFailure } from './lock-failures.js';
 import { LockSetupError } from './locked-errors.js';
 import { checkLockedOptions, mergeLockedOptions } from './locked-options.js';
+import { noTickError, readSchedule, runHeld, type JobSchedule } from './scheduled-jobs.js';
 import type { LockedDefaults, LockedOptions } from './redis-lock-module-options.interface.js';
 
 /** @internal Metadata on a decorated method, for the explorer. */
@@ -26,6 +27,11 @@ interface LockedMethod {
   readonly options: LockedOptions;
   readonly params: readonly LockParam[];
   readonly original: (...args: unknown[]) => unknown;
+  /**
+   * How @nestjs/schedule runs it (null: it does not). Read at the first call:
+   * `@Cron()` written above `@Locked()` decorates the wrapper after `@Locked()` has run.
+   */
+  schedule?: JobSchedule | null;
   /**
    * A GraphQL subscription resolver, whose lock lasts as long as the iteration
    * of what it returns. Known at the first call: `@Subscription()` written
@@ -90,6 +96,12 @@ export function Locked(key: LockKey, options?: LockedOptions): MethodDecorator {
     const streams =
       returnType === Observable ||
       (typeof returnType === 'function' && returnType.prototype instanceof Observable);
+    if (streams && method.options.holdAtLeast !== undefined) {
+      throw new TypeError(
+        `@Locked() on ${where}: holdAtLeast applies to methods that return a value or a Promise, and this one ` +
+          'returns an Observable. Return a Promise (e.g. lastValueFrom(stream)), or drop holdAtLeast.',
+      );
+    }
 
     const wrapper = {
       [method.original.name](
@@ -103,6 +115,7 @@ export function Locked(key: LockKey, options?: LockedOptions): MethodDecorator {
             ? new Observable((subscriber) => subscriber.error(error))
             : Promise.reject(error);
         }
+        method.schedule ??= readSchedule(wrapper, where) ?? null;
         if (streams) return lockedStream(method, runtime, this, args);
         method.subscription ??= isSubscription(wrapper);
         return method.subscription
@@ -135,11 +148,19 @@ function usesArgument(key: LockKey, index: number): boolean {
 
 type MergedOptions = AcquireOptions & { autoExtend: boolean };
 
-/** The method's options over the module's defaults, merged once per application's defaults. */
+/**
+ * The method's options over the module's defaults, merged once per application's defaults.
+ * A scheduled job does not wait by default: a lock held means another instance runs this tick,
+ * and waiting for it would run the tick a second time.
+ */
 function optionsOf(method: LockedMethod, runtime: LockedRuntime): MergedOptions {
   const cached = method.merged;
   if (cached?.defaults === runtime.defaults) return cached.options;
-  const options = mergeLockedOptions(method.options, runtime.defaults);
+  const own =
+    method.schedule && method.options.wait === undefined
+      ? { ...method.options, wait: false }
+      : method.options;
+  const options = mergeLockedOptions(own, runtime.defaults);
   method.merged = { defaults: runtime.defaults, options };
   return options;
 }
@@ -152,25 +173,64 @@ interface Plan {
   readonly missing: readonly string[];
   /** The lock already held, when every resource is (re-entrant call). */
   readonly reused: Lock | undefined;
+  /** The tick `<tick>` stood for. */
+  readonly tick?: number;
 }
 
 /** Throws LockKeyError (marked as a lock failure) for arguments that make no key. */
 function plan(method: LockedMethod, engine: LockEngine, args: unknown[]): Plan {
   let resources: readonly string[];
+  let tick: number | undefined;
   try {
-    resources = method.key.resolve(args);
+    tick = method.key.usesTick ? tickOf(method) : undefined;
+    resources = method.key.resolve(args, tick);
   } catch (error) {
     throw markLockFailure(error);
   }
   const frame = lockStorage.getStore();
   // Only locks of this engine count: two applications in one process never share a lock.
-  if (frame?.engine !== engine) return { frame, missing: resources, reused: undefined };
+  if (frame?.engine !== engine) return { frame, missing: resources, reused: undefined, tick };
   const missing = resources.filter((resource) => !lockOf(frame, resource)?.isHeld);
   return {
     frame,
     missing,
     reused: missing.length === 0 ? lockOf(frame, resources[0]) : undefined,
+    tick,
   };
+}
+
+/** The tick a call at this moment belongs to: of the `tick` period option, else of the schedule. */
+function tickOf(method: LockedMethod): number {
+  const now = Date.now();
+  const period = method.options.tick;
+  if (period !== undefined) return Math.floor(now / period) * period;
+  const tickAt = method.schedule?.tickAt;
+  if (!tickAt) throw noTickError(method.where, method.schedule ?? undefined);
+  return tickAt(now);
+}
+
+/**
+ * A scheduled run that found its lock held: another instance runs or ran this
+ * tick. Told through the `skipped` event (the debug log and the telemetry
+ * counter listen to it), not thrown: the scheduler would log it as an error.
+ */
+function skipRun(
+  method: LockedMethod,
+  schedule: JobSchedule,
+  engine: LockEngine,
+  p: Plan,
+  error: LockBusyError,
+  args: unknown[],
+): unknown {
+  if (engine.listenerCount('skipped') > 0) {
+    engine.emit('skipped', {
+      job: schedule.job,
+      resources: p.missing,
+      tick: p.tick,
+      retryAfter: error.retryAfter,
+    });
+  }
+  return method.options.onBusy ? method.options.onBusy(error, args) : undefined;
 }
 
 /** The frame the method runs in: the caller's, for a reused lock; else one more link of the chain. */
@@ -219,21 +279,24 @@ function lockedCall(
     }
   }
   let entered = false;
-  return engine
-    .using(
-      p.missing,
-      (lock) => {
-        entered = true;
-        return runIn(enter(method, p, engine, lock, args), method, self, args);
-      },
-      optionsOf(method, runtime),
-    )
-    .then(undefined, (error: unknown) => {
-      if (entered) throw error;
-      if (method.options.onBusy && error instanceof LockBusyError)
-        return method.options.onBusy(error, args);
-      throw markLockFailure(error);
-    });
+  const routine = (lock: Lock) => {
+    entered = true;
+    return runIn(enter(method, p, engine, lock, args), method, self, args);
+  };
+  const options = optionsOf(method, runtime);
+  const { holdAtLeast } = method.options;
+  return (
+    holdAtLeast === undefined
+      ? engine.using(p.missing, routine, options)
+      : runHeld(engine, p.missing, options, holdAtLeast, routine)
+  ).then(undefined, (error: unknown) => {
+    if (entered) throw error;
+    if (method.schedule && error instanceof LockBusyError)
+      return skipRun(method, method.schedule, engine, p, error, args);
+    if (method.options.onBusy && error instanceof LockBusyError)
+      return method.options.onBusy(error, args);
+    throw markLockFailure(error);
+  });
 }
 
 /** Runs the method in `frame`. */

@@ -30,6 +30,26 @@ export interface LockedOptions extends LockedDefaults {
    * @Locked('report:<0>', { wait: false, onBusy: () => ({ status: 'already running' }) })
    */
   onBusy?: (error: LockBusyError, args: unknown[]) => unknown;
+  /**
+   * Keep the lock at least this many ms after it was granted, even when the
+   * method returned sooner: the `lockAtLeastFor` of JVM schedulers. An
+   * instance whose timer fires a little later (another clock, a busy event
+   * loop) then finds the tick taken and skips it. The lease is still renewed
+   * while the method runs; once it returns, the lease is set to end with the
+   * hold, so the hold outlives a crash, and the lock is released after it.
+   *
+   * @example
+   * @Cron('0 * * * * *')
+   * @Locked('digest:<tick>', { holdAtLeast: 30_000 })
+   * sendDigest() { ... }
+   */
+  holdAtLeast?: number;
+  /**
+   * The period in ms that `<tick>` counts in, for a method that no `@Cron()`
+   * or `@Interval()` schedules (or to override its schedule): `<tick>` is then
+   * the call's time rounded down to a multiple of it.
+   */
+  tick?: number;
 }
 
 /**

@@ -18,6 +18,8 @@ import {
   type LockEvents,
   type NodeResults,
 } from '../engine/index.js';
+// The `skipped` event of scheduled @Locked() jobs, which the Nest layer adds to the engine's events.
+import type {} from '../nest/scheduled-jobs.js';
 
 /** The instrumentation scope name of the spans and metrics. */
 export const LOCK_INSTRUMENTATION_SCOPE = 'nestjs-redis-lock';
@@ -88,7 +90,8 @@ function lockAttributes(lock: Lock): Attributes {
  *   span has status ERROR and `error.type` (the error's code);
  * - metrics `lock.acquire.duration` (histogram, seconds, by `lock.outcome`),
  *   `lock.contentions` (attempts that found the lock held), `lock.held`
- *   (locks held now by this process) and `lock.lost`.
+ *   (locks held now by this process), `lock.lost` and `lock.skipped` (runs
+ *   of scheduled `@Locked()` jobs left to another instance, by `lock.job`).
  *
  * The spans are children of the span active where the lock was taken.
  * Nothing is measured until this is called; `stop()` undoes it.
@@ -124,6 +127,11 @@ export function instrumentLocks(
   const held = meter?.createUpDownCounter('lock.held', {
     description: 'Locks held by this process.',
     unit: '{lock}',
+  });
+  const skippedRuns = meter?.createCounter('lock.skipped', {
+    description:
+      'Runs of scheduled @Locked() jobs skipped because another instance held the lock (it runs or ran that tick), by `lock.job`.',
+    unit: '{run}',
   });
   const lost = meter?.createCounter('lock.lost', {
     description: 'Locks lost before their release: the lease ran out or another holder took over.',
@@ -185,6 +193,9 @@ export function instrumentLocks(
       latency?.record(waited / 1000, { ...extra?.(resources), 'lock.outcome': outcome });
     },
     contended: ({ resources }) => contentions?.add(1, extra?.(resources)),
+    // One series per job: the jobs of an application are few, unlike the resources.
+    skipped: ({ job, resources }) =>
+      skippedRuns?.add(1, { ...extra?.(resources), 'lock.job': job }),
     extended: ({ lock, duration, nodes }) => {
       const end = now();
       span('lock.extend', end - duration, end, {
@@ -210,7 +221,10 @@ export function instrumentLocks(
     },
   };
   if (!tracer) delete listeners.extended;
-  if (!meter) delete listeners.contended;
+  if (!meter) {
+    delete listeners.contended;
+    delete listeners.skipped;
+  }
   if (!tracer && !meter) return { stop: () => undefined };
 
   for (const [name, listener] of Object.entries(listeners))
