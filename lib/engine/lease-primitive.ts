@@ -98,6 +98,8 @@ export interface LeaseRequest {
   inLine: boolean;
   /** A semaphore's preferred slot for the next attempt, learnt from a split vote. */
   hint?: number;
+  /** Split votes so far: only the first is retried at once. */
+  splits?: number;
 }
 
 const CALL_OPTIONS = new Set([
@@ -400,8 +402,20 @@ export abstract class LeasePrimitive implements LockOwner {
       }
     }
     this.cleanUp(value);
-    if (best && best[1].length > 1 && bySlot.size > 1) request.hint = best[0];
-    return this.refusal(round, request, bySlot.size > 1);
+    const split = bySlot.size > 1;
+    if (split) {
+      request.splits = (request.splits ?? 0) + 1;
+      // The slot most nodes offered; among equals the highest: a node offers its lowest free
+      // slot, so one that offered a higher slot has the lower ones taken.
+      let hint: [number, number] | undefined;
+      for (const [offered, nodes] of bySlot) {
+        if (offered === undefined) continue;
+        if (!hint || nodes.length > hint[1] || (nodes.length === hint[1] && offered > hint[0]))
+          hint = [offered, nodes.length];
+      }
+      request.hint = hint?.[0];
+    }
+    return this.refusal(round, request, split);
   }
 
   /**
@@ -533,7 +547,11 @@ export abstract class LeasePrimitive implements LockOwner {
         quorum,
         nodes.length,
       );
-    if (split) return { busy: true, retryAfter: undefined, again: true, error, round };
+    // Grants of different slots: contention, not an outage. The first split is asked again at
+    // once (with the slot most nodes offered as the hint); later ones wait as a busy lock does,
+    // so that waiters whose nodes have no free slot in common do not spin.
+    if (split)
+      return { busy: true, retryAfter: undefined, again: request.splits === 1, error, round };
     if (round.failed > nodes.length - quorum || round.no === 0)
       return { busy: false, retryAfter: undefined, again: false, error, round };
     const waits: number[] = [];
