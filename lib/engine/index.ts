@@ -29,3 +29,6 @@ export {
 } from './lock-options.js';
 export { findRisks, type ClusterFacts, type NodeFacts, type ServerFacts } from './node-checks.js';
 export type { LockHealth, LockInspection, NodeHealth, NodeLockState } from './lock-admin.js';
+export { readWriteLock, semaphore } from './lease-parts.js';
+export { ReadWriteHold, ReadWriteLock, type LockMode } from './read-write-lock.js';
+export { MAX_PERMITS, Permit, Semaphore } from './semaphore.js';
