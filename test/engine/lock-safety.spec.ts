@@ -31,7 +31,7 @@ const engines: LockEngine[] = [];
 const clients: Redis[] = [];
 
 async function engineOn(
-  nodes: readonly string[],
+  nodes: LockEngineOptions['nodes'],
   options: Partial<LockEngineOptions> = {},
 ): Promise<LockEngine> {
   const engine = new LockEngine({ nodes: [...nodes], logger: quietLogger(), ...options });
@@ -314,7 +314,7 @@ describe('line order between processes whose clocks disagree', () => {
     });
     await lined;
     // A process whose wall clock is 5 s behind: it connects and begins to wait after the other.
-    const real = Object.getOwnPropertyDescriptor(Performance.prototype, 'timeOrigin')!;
+    const real = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(performance), 'timeOrigin')!;
     const behind = performance.timeOrigin - 5000;
     Object.defineProperty(performance, 'timeOrigin', { value: behind, configurable: true });
     let second: Promise<unknown>;
@@ -329,7 +329,9 @@ describe('line order between processes whose clocks disagree', () => {
       await lined2;
     } finally {
       delete (performance as { timeOrigin?: number }).timeOrigin;
-      expect(Object.getOwnPropertyDescriptor(Performance.prototype, 'timeOrigin')).toEqual(real);
+      expect(
+        Object.getOwnPropertyDescriptor(Object.getPrototypeOf(performance), 'timeOrigin'),
+      ).toEqual(real);
     }
     await held.release();
     await Promise.all([first, second]);
