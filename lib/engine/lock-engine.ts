@@ -698,6 +698,15 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     await Promise.all(left.map((lock) => lock.release()));
   }
 
+  /**
+   * @internal For a lock whose lease is set to end by itself (a minimum
+   * hold): a shutdown neither waits for it nor releases it early. Its keys
+   * expire on the nodes when the lease ends, even if this process has gone.
+   */
+  leaveToExpire(lock: Lock): void {
+    this.forget(lock);
+  }
+
   /** A lock of this engine is no longer held: the last one lets a drain() finish. */
   private forget(lock: Lock): void {
     if (!this.held.delete(lock) || this.held.size > 0) return;

@@ -2,6 +2,7 @@ import { Module, type Provider } from '@nestjs/common';
 import { APP_INTERCEPTOR, DiscoveryModule, HttpAdapterHost } from '@nestjs/core';
 import { LockContext } from './lock-context.js';
 import { LockContextInterceptor } from './lock-context.interceptor.js';
+import { LeaderService } from './leader.service.js';
 import { LockService } from './lock.service.js';
 import { LockedMethodsExplorer } from './locked-methods.explorer.js';
 import { checkLockedOptions } from './locked-options.js';
@@ -18,6 +19,7 @@ import type { RedisLockModuleOptions } from './redis-lock-module-options.interfa
  */
 export const LOCKING_PROVIDERS: Provider[] = [
   LockContext,
+  LeaderService,
   LockedMethodsExplorer,
   {
     provide: APP_INTERCEPTOR,
@@ -67,6 +69,6 @@ export const LOCKING_PROVIDERS: Provider[] = [
     },
     ...LOCKING_PROVIDERS,
   ],
-  exports: [LockService, LockContext],
+  exports: [LockService, LockContext, LeaderService],
 })
 export class RedisLockModule extends ConfigurableModuleClass {}

@@ -253,6 +253,8 @@ async function holdUntil(engine: LockEngine, lock: Lock, holdEnd: number): Promi
     // current validity ends, and released then.
   }
   if (!lock.isHeld) return;
+  // The nodes end the hold by themselves now: a shutdown must neither wait for it nor cut it short.
+  engine.leaveToExpire(lock);
   // Just before the validity ends, so that the lock is released rather than reported lost.
   const timer = setTimeout(
     () => void lock.release().catch(() => undefined),

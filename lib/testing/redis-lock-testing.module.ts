@@ -5,6 +5,7 @@ import { checkLogging, logLockEvents, type LockLogging } from '../nest/lock-even
 import { LockContext } from '../nest/lock-context.js';
 import { LockService } from '../nest/lock.service.js';
 import { checkLockedOptions } from '../nest/locked-options.js';
+import { LeaderService } from '../nest/leader.service.js';
 import { LOCKING_PROVIDERS } from '../nest/redis-lock.module.js';
 import { REDIS_LOCK_MODULE_OPTIONS } from '../nest/redis-lock.module-definition.js';
 import type {
@@ -91,7 +92,7 @@ export class RedisLockTestingModule {
         { provide: InMemoryLockEngine, useExisting: LockService },
         ...LOCKING_PROVIDERS,
       ],
-      exports: [LockService, InMemoryLockEngine, LockContext],
+      exports: [LockService, InMemoryLockEngine, LockContext, LeaderService],
     };
   }
 }

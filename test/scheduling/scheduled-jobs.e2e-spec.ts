@@ -178,7 +178,10 @@ describe('@Locked() on @nestjs/schedule jobs, written above or below the schedul
         runsOf('interval-above').length >= 5 &&
         runsOf('interval-below').length >= 5 &&
         runsOf('warm-up-above').length >= 1 &&
-        runsOf('warm-up-below').length >= 1,
+        runsOf('warm-up-below').length >= 1 &&
+        // Under load one instance's timer can fire too late to find a tick held: wait for a
+        // tick that both fired close enough together for one of them to skip it.
+        skipped.some((s) => s.job === 'cron-above'),
     );
     for (const job of ['cron-above', 'cron-below', 'interval-above', 'interval-below']) {
       const counts = perResource(job);

@@ -309,7 +309,10 @@ describe('scheduled jobs and leaders across processes', () => {
       ] as const) {
         for (const [tick, t] of ticks) {
           const written = snapshot.log.filter((e) => e.resource === `${job}:${tick}`).length;
-          expect(written).toBe(t.ran.length);
+          // Without the hold, a tick's runs overlap under load, and the fenced store may refuse
+          // the write of a run whose grant came before another's: at most one write per run.
+          if (job === 'held') expect(written).toBe(t.ran.length);
+          else expect(written).toBeLessThanOrEqual(t.ran.length);
         }
       }
     } finally {
