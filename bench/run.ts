@@ -26,6 +26,7 @@ import { fencingScenario } from './scenarios/fencing.scenario.js';
 import { handoffScenario } from './scenarios/handoff.scenario.js';
 import { httpScenario } from './scenarios/http.scenario.js';
 import { memoryScenario } from './scenarios/memory.scenario.js';
+import { sharedScenario } from './scenarios/shared.scenario.js';
 import type { Scenario, ScenarioResult } from './scenarios/scenario.js';
 import { uncontendedScenario } from './scenarios/uncontended.scenario.js';
 import { parseBenchArgs, USAGE, type BenchArgs } from './support/bench-args.js';
@@ -44,6 +45,7 @@ const SCENARIOS: readonly Scenario[] = [
   fencingScenario, // 3
   httpScenario, // 4
   memoryScenario, // 5
+  sharedScenario, // 6
 ];
 
 const here = dirname(fileURLToPath(import.meta.url));

@@ -98,6 +98,8 @@ export interface LeaseRequest {
   inLine: boolean;
   /** A semaphore's preferred slot for the next attempt, learnt from a split vote. */
   hint?: number;
+  /** The caller's signal joined with the engine's shutdown, made once the acquisition waits. */
+  waitSignal?: AbortSignal;
   /** Split votes so far: only the first is retried at once. */
   splits?: number;
 }
@@ -315,7 +317,9 @@ export abstract class LeasePrimitive implements LockOwner {
         ticket.leave(granted !== undefined);
         this.parts.channel?.unsubscribe([this.channelKey]);
       }
-      if (request.inLine && !granted) this.leaveLines(request);
+      // Granted or not, a place left in a node's line (one that did not grant, or answered late)
+      // would rank ahead of later waiters there until its lease ran out.
+      if (request.inLine) this.leaveLines(request);
     }
   }
 
@@ -368,6 +372,8 @@ export abstract class LeasePrimitive implements LockOwner {
       const checking = this.parts.pending(i);
       return checking ? checking.then(send) : send();
     }, request.nodeTimeout);
+    // Only the attempt that first took a place in the line asks again at once (see refusal()).
+    const joinedNow = joinLine && !request.inLine;
     if (joinLine) request.inLine = true;
     // The slot a quorum granted (a read-write lock has none: every grant agrees).
     const bySlot = new Map<number | undefined, number[]>();
@@ -401,7 +407,10 @@ export abstract class LeasePrimitive implements LockOwner {
         return this.handle(kind, value, fencing ? [token] : [], request.ttl, validUntil, slot);
       }
     }
-    this.cleanUp(value);
+    // Nothing to take back where every node answered no; a node that granted, failed or did
+    // not answer may hold our value (a late grant), and gets a release after its acquisition.
+    if (round.yes > 0 || round.failed > 0 || round.no < this.parts.nodes.length)
+      this.cleanUp(value);
     const split = bySlot.size > 1;
     if (split) {
       request.splits = (request.splits ?? 0) + 1;
@@ -415,7 +424,7 @@ export abstract class LeasePrimitive implements LockOwner {
       }
       request.hint = hint?.[0];
     }
-    return this.refusal(round, request, split);
+    return this.refusal(round, request, split, joinedNow);
   }
 
   /**
@@ -529,7 +538,12 @@ export abstract class LeasePrimitive implements LockOwner {
     return writeback.yes >= needed ? token : undefined;
   }
 
-  private refusal(round: RoundResult<LeaseReply>, request: LeaseRequest, split: boolean): Refusal {
+  private refusal(
+    round: RoundResult<LeaseReply>,
+    request: LeaseRequest,
+    split: boolean,
+    joinedNow: boolean,
+  ): Refusal {
     const { nodes, quorum } = this.parts;
     const error = () =>
       new LockUnavailableError(
@@ -561,8 +575,10 @@ export abstract class LeasePrimitive implements LockOwner {
     return {
       busy: true,
       retryAfter: wait !== undefined && wait >= 0 ? wait : undefined,
-      // Free for us but for earlier waiters, and our place is now in the line: ask again.
-      again: request.inLine && round.replies.every((r) => !r || r.granted || r.wait === -3),
+      // Free but for earlier waiters, and this attempt just took its place among them by arrival:
+      // it may be first itself now, so it asks again at once. Later refusals of that kind wait
+      // for a release (asking at once again would spin while the waiters ahead hold their turn).
+      again: joinedNow && round.replies.every((r) => !r || r.granted || r.wait === -3),
       error,
       round,
     };
@@ -588,9 +604,12 @@ export abstract class LeasePrimitive implements LockOwner {
   }
 
   private waitSignal(request: LeaseRequest): AbortSignal {
-    return request.signal
-      ? AbortSignal.any([request.signal, this.parts.closing])
-      : this.parts.closing;
+    // A signal of the request's own: many waiters listening on the engine's shutdown signal
+    // itself would pass its listener limit (a warning), while AbortSignal.any holds it weakly.
+    request.waitSignal ??= AbortSignal.any(
+      request.signal ? [request.signal, this.parts.closing] : [this.parts.closing],
+    );
+    return request.waitSignal;
   }
 
   private stoppedWaiting(request: LeaseRequest): LockError {
