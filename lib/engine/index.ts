@@ -1,9 +1,7 @@
-export {
-  LockEngine,
-  normalizeResources,
-  resourceProblem,
-  MAX_RESOURCE_LENGTH,
-} from './lock-engine.js';
+// `nestjs-redis-lock/engine`: the lock engine without Nest. Only what users call or name
+// belongs here (api/engine.api.md lists it); helpers the package shares internally are in
+// internal.ts.
+export { LockEngine, MAX_RESOURCE_LENGTH } from './lock-engine.js';
 export { Lock, type ReleaseResult } from './lock.js';
 export {
   LeaderElection,
@@ -17,17 +15,14 @@ export type { NodeRestart } from './node-restarts.js';
 export * from './lock-errors.js';
 export {
   LOCK_DEFAULTS,
-  resolveEngineOptions,
   type AcquireOptions,
   type ClusterNodeSpec,
   type LockEngineOptions,
   type LockLogger,
   type LockNodeSpec,
-  type ResolvedEngineOptions,
   type RetryOptions,
   type UsingOptions,
 } from './lock-options.js';
-export { findRisks, type ClusterFacts, type NodeFacts, type ServerFacts } from './node-checks.js';
 export type { LockHealth, LockInspection, NodeHealth, NodeLockState } from './lock-admin.js';
 export { readWriteLock, semaphore } from './lease-parts.js';
 export { ReadWriteHold, ReadWriteLock, type LockMode } from './read-write-lock.js';

@@ -162,6 +162,7 @@ export class LockConfigurationError extends LockError {
   override readonly code = 'LOCK_UNSAFE_CONFIGURATION';
 }
 
+/** @internal How messages name resources: the first three, then how many more. */
 export function describeResources(resources: readonly string[]): string {
   const shown = resources
     .slice(0, 3)

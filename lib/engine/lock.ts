@@ -21,9 +21,11 @@ export interface ReleaseResult {
 /** The operations a {@link Lock} delegates to the engine that granted it. */
 export interface LockOwner {
   extend(lock: Lock, ttl?: number): Promise<Lock>;
-  /** Runs the release on the nodes; {@link Lock.release} makes sure it runs once. */
+  // Internal, like the engines' implementations of them: stripped from the published types
+  // together, so that `implements LockOwner` still holds there.
+  /** @internal Runs the release on the nodes; {@link Lock.release} makes sure it runs once. */
   releaseOnNodes(lock: Lock): Promise<ReleaseResult>;
-  /** Told once when the lock is lost. */
+  /** @internal Told once when the lock is lost. */
   lockLost(lock: Lock, error: LockLostError): void;
 }
 

@@ -6,7 +6,7 @@ import {
   type LockEngineOptions,
   type LockNodeSpec,
   type NodeFacts,
-} from '../../lib/engine/index.js';
+} from '../../lib/engine/internal.js';
 import { parseInfo } from '../../lib/engine/node-checks.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import { RedisNodeProcess, startRedisNodes, stopRedisNodes } from '../support/redis-nodes.js';

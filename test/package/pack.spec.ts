@@ -411,9 +411,10 @@ describe('the npm package: packed, then installed in a fresh Nest 12 app', () =>
   });
 
   it('is a small tarball', () => {
-    // The package, its CLI, health, telemetry and fenced-write entry points and a long README: a
-    // guard against shipping something by mistake (sources, tests, maps), not a tight budget.
-    expect(packed.size).toBeLessThan(175_000);
+    // The package, its CLI, health, telemetry, fenced-write and testing entry points and a long
+    // README: a guard against shipping something by mistake (sources, tests, maps), not a tight
+    // budget.
+    expect(packed.size).toBeLessThan(225_000);
     expect(packed.unpackedSize).toBeLessThan(600_000);
   });
 

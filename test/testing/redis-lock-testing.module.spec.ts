@@ -109,7 +109,10 @@ describe('RedisLockTestingModule', () => {
 
     const busy = await fetch(`${url}/orders/3/pay`, { method: 'POST' });
     expect(busy.status).toBe(409);
-    expect(Number(busy.headers.get('retry-after'))).toBe(4);
+    // Whole seconds of the 4 s lease left when the request came (less on a loaded machine).
+    const retryAfter = Number(busy.headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThanOrEqual(1);
+    expect(retryAfter).toBeLessThanOrEqual(4);
     const free = await fetch(`${url}/orders/4/pay`, { method: 'POST' });
     expect(free.status).toBe(201);
     expect(Number(await free.text())).toBeGreaterThan(0);
@@ -138,7 +141,7 @@ describe('RedisLockTestingModule', () => {
     locks.hold('order:6', { ttl: 2_000 });
     const busy = await fetch(`${await app.getUrl()}/orders/6/pay`, { method: 'POST' });
     expect(busy.status).toBe(409);
-    expect(busy.headers.get('retry-after')).toBe('2');
+    expect(['1', '2']).toContain(busy.headers.get('retry-after'));
   });
 
   it('without it, a @Locked() method refuses to run unlocked (what the module replaces)', async () => {

@@ -5,7 +5,7 @@ import {
   LockOptionsError,
   resolveEngineOptions,
   type LockNodeSpec,
-} from '../../lib/engine/index.js';
+} from '../../lib/engine/internal.js';
 import { quietLogger } from '../support/quiet-logger.js';
 
 /** The message of the LockOptionsError that `nodes: [spec]` is refused with. */

@@ -1,0 +1,8 @@
+// The package's own import hub: the public engine entry point plus the helpers that the Nest
+// layer, the CLI, the testing entry point and the tests share. Not an entry point
+// (package.json "exports" does not name it), so nothing here is a promise to users.
+export * from './index.js';
+export { normalizeResources, resourceProblem } from './lock-engine.js';
+export { describeResources } from './lock-errors.js';
+export { resolveEngineOptions, type ResolvedEngineOptions } from './lock-options.js';
+export { findRisks, type ClusterFacts, type NodeFacts, type ServerFacts } from './node-checks.js';
