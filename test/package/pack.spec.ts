@@ -411,11 +411,11 @@ describe('the npm package: packed, then installed in a fresh Nest 12 app', () =>
   });
 
   it('is a small tarball', () => {
-    // The package, its CLI, health, telemetry, fenced-write and testing entry points and a long
-    // README: a guard against shipping something by mistake (sources, tests, maps), not a tight
-    // budget.
+    // The package, its CLI, health, telemetry, fenced-write and testing entry points, read-write
+    // locks, semaphores, leaders and a long README (about 690 kB unpacked, 420 of them JS): a
+    // guard against shipping something by mistake (sources, tests, maps), not a tight budget.
     expect(packed.size).toBeLessThan(225_000);
-    expect(packed.unpackedSize).toBeLessThan(600_000);
+    expect(packed.unpackedSize).toBeLessThan(750_000);
   });
 
   it('ships every entry point that package.json names, and the command-line tool', () => {
@@ -485,11 +485,14 @@ describe('the npm package: packed, then installed in a fresh Nest 12 app', () =>
     expect([...new Set(undeclared)]).toEqual([]);
     expect(bare(imports.static).filter((name) => optional.includes(name))).toEqual([]);
     expect(optional.sort()).toEqual([
+      '@nestjs/graphql',
       '@nestjs/microservices',
+      '@nestjs/schedule',
       '@nestjs/terminus',
       '@nestjs/websockets',
       '@opentelemetry/api',
       'better-sqlite3',
+      'graphql',
       'kysely',
       'pg',
       'typeorm',
@@ -499,6 +502,8 @@ describe('the npm package: packed, then installed in a fresh Nest 12 app', () =>
     expect([...new Set(bare(imports.dynamic))].sort()).toEqual([
       '@nestjs/microservices',
       '@nestjs/websockets',
+      // Loaded on the first lock failure in a GraphQL resolver, never by other apps.
+      'graphql',
     ]);
     for (const [peer, found] of Object.entries(optIn)) {
       expect(bare(found.static).filter((name) => optional.includes(name))).toEqual([peer]);
