@@ -1,5 +1,5 @@
 /**
- * The targets of issue 5, checked against the figures of one run. Each
+ * The performance targets, checked against the figures of one run. Each
  * scenario leaves its headline figures in `context.shared` under
  * {@link HEADLINES}; run.ts renders the table at the top of latest.md.
  */
@@ -196,7 +196,7 @@ export function renderTargets(h: Headlines): string | undefined {
   }
   if (rows.length === 0) return undefined;
   return markdownTable({
-    headers: ['target (issue 5)', 'needed', 'measured', 'verdict'],
+    headers: ['target', 'needed', 'measured', 'verdict'],
     align: ['l', 'r', 'r', 'l'],
     rows,
   });
