@@ -23,7 +23,7 @@ interface Item {
  * Two endpoints that differ only in `@Locked()`. Both are async so that the
  * difference is the lock, not a Promise. With `ownInterceptor`, for
  * `contextInterceptor: false`, the locked handler applies the lock-context
- * interceptor itself, as the README suggests for that set-up: the other
+ * interceptor itself, as docs/errors.md suggests for that set-up: the other
  * handler then runs without any interceptor.
  */
 function itemsController(ownInterceptor: boolean) {

@@ -155,8 +155,8 @@ export class LockOptionsError extends LockError {
 }
 
 /**
- * A node's set-up breaks an assumption the lock relies on (see the README's
- * "Fencing assumptions"), raised at connect time when `strict` is on.
+ * A node's set-up breaks an assumption the lock relies on (see "Fencing
+ * assumptions" in docs/fencing.md), raised at connect time when `strict` is on.
  */
 export class LockConfigurationError extends LockError {
   override readonly code = 'LOCK_UNSAFE_CONFIGURATION';

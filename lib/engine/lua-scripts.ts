@@ -84,7 +84,7 @@ export const MAX_LINE = 64;
  * token is above every earlier one of the node, whatever the resource: no
  * key per resource, nothing to expire (a token per node keeps a resource's
  * tokens rising across a quorum by the same argument as a counter per
- * resource: the README's fencing section). A request resent after a reconnect
+ * resource: docs/fencing.md). A request resent after a reconnect
  * finds our own value and returns that grant's tokens instead of counting a
  * second one.
  *

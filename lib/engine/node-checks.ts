@@ -87,7 +87,7 @@ function failoverRisk(subject: string, fencing: boolean, fenceCounterTtl: number
   const advice = !fencing
     ? ''
     : fenceCounterTtl > 0
-      ? '; after a failover, delete its fence counters so that they restart from the clock (README, Topologies)'
+      ? '; after a failover, delete its fence counters so that they restart from the clock (docs/topologies.md)'
       : ', or set fenceCounterTtl > 0 so that counters the new master lacks restart from the clock, not from 1';
   return `${subject}: replication is asynchronous, so a failover can lose ${lost}. Use independent nodes without failover for locks that must never overlap${advice}.`;
 }

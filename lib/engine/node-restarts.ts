@@ -24,7 +24,7 @@ export interface NodeRestart {
  *
  * Only a restart this process sees can be told: an engine that first connects
  * after the restart has no earlier run id to compare. A cluster node is not
- * watched (its masters fail over by design; see the README on topologies).
+ * watched (its masters fail over by design; see docs/topologies.md).
  */
 export class RestartWatch {
   private runId: string | undefined;

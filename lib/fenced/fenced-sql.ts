@@ -109,7 +109,7 @@ export class FencedSql {
     if (dialect !== 'postgres' && dialect !== 'sqlite') {
       throw new LockOptionsError(
         `Fenced tables speak 'postgres' or 'sqlite', not '${String(dialect)}'. ` +
-          "For another database, run the statements shown in the README's fencing section yourself.",
+          'For another database, run the statements shown in docs/fencing.md (in the repository) yourself.',
       );
     }
     const parts = typeof options?.table === 'string' ? options.table.split('.') : [];

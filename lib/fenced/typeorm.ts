@@ -45,7 +45,7 @@ export function typeormFence<R extends FencedRow = FencedRow>(
   if (!dialect) {
     throw new LockOptionsError(
       `typeormFence() speaks PostgreSQL and SQLite; this DataSource is '${type}'. ` +
-        "Run the statements shown in the README's fencing section through dataSource.query() instead.",
+        'Run the statements shown in docs/fencing.md (in the repository) through dataSource.query() instead.',
     );
   }
   return new AsyncFencedTable<R>(new FencedSql(dialect, options), async ({ sql, params }) => {

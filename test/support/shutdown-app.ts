@@ -36,7 +36,7 @@ class WorkController {
   @Locked('shutdown:work')
   async work(@Query('ms') ms: string, @LockSignal() signal: AbortSignal): Promise<string> {
     say({ event: 'started' });
-    // Work that stops when its lock is lost, as the README asks of a long routine.
+    // Work that stops when its lock is lost, as docs/configuration.md asks of a long routine.
     const done = await new Promise<boolean>((resolve) => {
       const timer = setTimeout(() => resolve(true), Number(ms));
       signal.addEventListener('abort', () => {

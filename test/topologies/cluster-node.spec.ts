@@ -267,7 +267,7 @@ describe('a Redis Cluster as the only node', () => {
         'replication is asynchronous, so a failover can lose the latest lock keys (two holders at once) and ' +
         'fence counter increments (tokens can repeat). Use independent nodes without failover for locks that ' +
         'must never overlap; after a failover, delete its fence counters so that they restart from the clock ' +
-        '(README, Topologies).',
+        '(docs/topologies.md).',
     ]);
     const { logger: withoutTtl } = await connected({ fenceCounterTtl: 0 });
     expect(withoutTtl.warnings[0]).toContain(

@@ -64,7 +64,7 @@ describe('a Sentinel-managed master as a node', () => {
         'replication is asynchronous, so a failover can lose the latest lock keys (two holders at once) and ' +
         'fence counter increments (tokens can repeat). Use independent nodes without failover for locks that ' +
         'must never overlap; after a failover, delete its fence counters so that they restart from the clock ' +
-        '(README, Topologies).',
+        '(docs/topologies.md).',
     ]);
     const [zeroTtl, noFencing] = await Promise.all([
       connected(sentinelNode(), { fenceCounterTtl: 0 }),
