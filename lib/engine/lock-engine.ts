@@ -46,16 +46,18 @@ const FENCE_SEED_SCALE = 1024;
 
 const SINGLE_ATTEMPT: RetryOptions = Object.freeze({ attempts: 0 });
 
-/** The options a single call takes (`autoExtend` only with using()). */
-const CALL_OPTIONS = new Set([
-  'ttl',
-  'waitTimeout',
-  'unavailableTimeout',
-  'retry',
-  'signal',
-  'autoExtend',
-  'onReleased',
-]);
+/** The options a single call takes (`autoExtend` and `onReleased` only with using()), each named once. */
+const CALL_OPTIONS: ReadonlySet<string> = new Set(
+  Object.keys({
+    ttl: true,
+    waitTimeout: true,
+    unavailableTimeout: true,
+    retry: true,
+    signal: true,
+    autoExtend: true,
+    onReleased: true,
+  } satisfies Record<keyof UsingOptions, true>),
+);
 
 /** Longest resource name accepted; longer ones are almost always a key built from the wrong value. */
 export const MAX_RESOURCE_LENGTH = 512;

@@ -213,26 +213,39 @@ const consoleLogger: LockLogger = {
   error: (m) => console.error(`[redis-lock] ${m}`),
 };
 
-const KNOWN_ENGINE_KEYS = new Set<string>([
-  'nodes',
-  'keyPrefix',
-  'ttl',
-  'nodeTimeout',
-  'driftFactor',
-  'waitTimeout',
-  'unavailableTimeout',
-  'shutdownTimeout',
-  'retry',
-  'fencing',
-  'fenceCounter',
-  'fenceCounterTtl',
-  'extendThreshold',
-  'releaseNotifications',
-  'strict',
-  'checkNodes',
-  'logger',
-]);
-const KNOWN_RETRY_KEYS = new Set(['attempts', 'delay', 'factor', 'maxDelay', 'jitter']);
+/**
+ * Every option, named once per type: `satisfies` fails to compile when an
+ * option is added to (or removed from) the type without this list.
+ */
+const ENGINE_OPTION_KEYS = {
+  nodes: true,
+  keyPrefix: true,
+  ttl: true,
+  nodeTimeout: true,
+  driftFactor: true,
+  waitTimeout: true,
+  unavailableTimeout: true,
+  shutdownTimeout: true,
+  retry: true,
+  fencing: true,
+  fenceCounter: true,
+  fenceCounterTtl: true,
+  extendThreshold: true,
+  releaseNotifications: true,
+  strict: true,
+  checkNodes: true,
+  logger: true,
+} satisfies Record<keyof LockEngineOptions, true>;
+const RETRY_OPTION_KEYS = {
+  attempts: true,
+  delay: true,
+  factor: true,
+  maxDelay: true,
+  jitter: true,
+} satisfies Record<keyof RetryOptions, true>;
+
+const KNOWN_ENGINE_KEYS: ReadonlySet<string> = new Set(Object.keys(ENGINE_OPTION_KEYS));
+const KNOWN_RETRY_KEYS: ReadonlySet<string> = new Set(Object.keys(RETRY_OPTION_KEYS));
 
 function fail(message: string): never {
   throw new LockOptionsError(message);

@@ -1,12 +1,27 @@
 import { Logger, type BeforeApplicationShutdown, type OnApplicationShutdown } from '@nestjs/common';
-import { LockEngine, type LockError, type NodeResults } from '../engine/index.js';
+import {
+  LockEngine,
+  type LockEngineOptions,
+  type LockError,
+  type NodeResults,
+} from '../engine/index.js';
 import { rejectUnknownOptions } from '../engine/lock-options.js';
 import { checkLogging, logLockEvents } from './lock-events.logger.js';
 import { markLockFailure } from './lock-failures.js';
 import type { RedisLockModuleOptions } from './redis-lock-module-options.interface.js';
 
-/** The options RedisLockModule reads itself, besides the engine's. */
-const MODULE_OPTION_KEYS = ['locked', 'contextInterceptor', 'logging', 'isGlobal'];
+/**
+ * The options RedisLockModule reads itself, besides the engine's: each of the
+ * module's own options named once (`isGlobal` is the module builder's).
+ */
+const MODULE_OPTION_KEYS = [
+  ...Object.keys({
+    locked: true,
+    contextInterceptor: true,
+    logging: true,
+  } satisfies Record<Exclude<keyof RedisLockModuleOptions, keyof LockEngineOptions>, true>),
+  'isGlobal',
+];
 
 /**
  * The lock engine as a Nest provider: inject it to acquire, try, extend,
