@@ -250,10 +250,14 @@ describe('scheduled jobs and leaders across processes', () => {
       expect.objectContaining({ type: 'retired', id: third.id, reason: 'closed' }),
     );
 
-    // Let the last leader write a little, then stop it.
-    await next(
-      (m): m is AppMessage => m.type === 'work' && m.id === fourth.id && m.seq !== undefined,
-    );
+    // Let the last leader write until the log holds more than ten accepted writes (awaited, not
+    // timed: a busy machine writes fewer per second), then stop it.
+    const acceptedSoFar = () => log.filter((m) => m.type === 'work' && m.seq !== undefined).length;
+    do {
+      await next(
+        (m): m is AppMessage => m.type === 'work' && m.id === fourth.id && m.seq !== undefined,
+      );
+    } while (acceptedSoFar() <= 10);
     await byId(fourth.id).stop();
 
     // The fence's order of accepted writes: epochs never go back, so no leader's write was
