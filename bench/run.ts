@@ -17,7 +17,7 @@ import {
   startRedisNodes,
   stopRedisNodes,
   type RedisNodeProcess,
-} from '../test/support/redis-nodes.js';
+} from '../dev/redis/redis-nodes.js';
 import { engineWarnings, versionOf } from './contenders/index.js';
 import { renderMarkdown, type RunSummary, type ScenarioRun } from './report/markdown-report.js';
 import { renderSvg } from './report/svg-chart.js';
@@ -192,7 +192,7 @@ async function main(): Promise<number> {
     seconds,
     machine,
     setup: [
-      `${maxNodes} independent \`redis-server\` processes on 127.0.0.1, started by the project's test harness (test/support/redis-nodes.ts) with **appendonly no** and no RDB saves: the figures measure the lock protocols, not the disk. ` +
+      `${maxNodes} independent \`redis-server\` processes on 127.0.0.1, started by the project's redis-server harness (dev/redis/redis-nodes.ts) with **appendonly no** and no RDB saves: the figures measure the lock protocols, not the disk. ` +
         'An n-node run uses the first n of them; every node is flushed (FLUSHALL) before each measurement.',
       `Our engine warns about that set-up on connect (expected here, swallowed by the bench): ${warnings.length > 0 ? warnings.map((w) => `“${w}”`).join(' ') : 'none'}`,
       `Our engine: ${(await compiledEngine()).how}, the way it ships (through tsx every closure it creates would be wrapped in esbuild's \`__name()\`, a cost the peers' published JavaScript does not pay).`,

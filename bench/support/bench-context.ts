@@ -1,6 +1,6 @@
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import type { RedisNodeProcess } from '../../test/support/redis-nodes.js';
+import type { RedisNodeProcess } from '../../dev/redis/redis-nodes.js';
 import type { Contender, ContenderSession, OpenOptions } from '../contenders/contender.js';
 import { processTicks } from './cpu-account.js';
 

@@ -24,7 +24,7 @@ import {
   stopRedisNodes,
   waitForProcState,
   withParentDeathSignal,
-} from '../support/redis-nodes.js';
+} from '../../dev/redis/redis-nodes.js';
 import { engineReady } from '../support/engine-ready.js';
 import {
   check,

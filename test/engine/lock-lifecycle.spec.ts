@@ -18,7 +18,7 @@ import {
   type ReleaseResult,
 } from '../../lib/engine/index.js';
 import { quietLogger } from '../support/quiet-logger.js';
-import { startRedisNodes, stopRedisNodes } from '../support/redis-nodes.js';
+import { startRedisNodes, stopRedisNodes } from '../../dev/redis/redis-nodes.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 
 const redis = useRedisNodes(3);

@@ -20,7 +20,11 @@ import { ACQUIRE, MAX_LINE, RELEASE } from '../../lib/engine/lua-scripts.js';
 import { FaultProxy, PASS } from '../chaos/fault-proxy.js';
 import { nextLockEvent } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
-import { type RedisNodeProcess, startRedisNodes, stopRedisNodes } from '../support/redis-nodes.js';
+import {
+  type RedisNodeProcess,
+  startRedisNodes,
+  stopRedisNodes,
+} from '../../dev/redis/redis-nodes.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 
 const redis = useRedisNodes(3);

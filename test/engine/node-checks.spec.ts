@@ -9,7 +9,7 @@ import {
 } from '../../lib/engine/internal.js';
 import { parseInfo } from '../../lib/engine/node-checks.js';
 import { quietLogger } from '../support/quiet-logger.js';
-import { RedisNodeProcess, startRedisNodes, stopRedisNodes } from '../support/redis-nodes.js';
+import { RedisNodeProcess, startRedisNodes, stopRedisNodes } from '../../dev/redis/redis-nodes.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 
 /** Harness defaults: appendonly yes, appendfsync always, maxmemory-policy noeviction. */

@@ -8,7 +8,7 @@ import {
   type LockNodeSpec,
 } from '../../lib/engine/index.js';
 import { quietLogger } from '../support/quiet-logger.js';
-import { RedisNodeProcess } from '../support/redis-nodes.js';
+import { RedisNodeProcess } from '../../dev/redis/redis-nodes.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 
 const PASSWORD = 'secret-Zq7';

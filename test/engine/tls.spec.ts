@@ -32,7 +32,7 @@ import {
 import { failOnUnhandledRejections } from '../input/unhandled-rejections.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import { timedHandOff } from '../support/lock-events.js';
-import { RedisNodeProcess } from '../support/redis-nodes.js';
+import { RedisNodeProcess } from '../../dev/redis/redis-nodes.js';
 
 const run = promisify(execFile);
 const ACL_PASSWORD = 'tls-user-pw';

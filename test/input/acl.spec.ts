@@ -39,7 +39,7 @@ import {
 } from '../../lib/engine/index.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import { nextLockEvent, timedHandOff } from '../support/lock-events.js';
-import { RedisNodeProcess } from '../support/redis-nodes.js';
+import { RedisNodeProcess } from '../../dev/redis/redis-nodes.js';
 import { failOnUnhandledRejections } from './unhandled-rejections.js';
 
 /** The default user's password, with characters a URL reserves. */

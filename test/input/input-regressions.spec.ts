@@ -17,7 +17,7 @@ import {
   type LockEngineOptions,
 } from '../../lib/index.js';
 import { quietLogger } from '../support/quiet-logger.js';
-import { RedisNodeProcess } from '../support/redis-nodes.js';
+import { RedisNodeProcess } from '../../dev/redis/redis-nodes.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import { failOnUnhandledRejections } from './unhandled-rejections.js';
 

@@ -29,7 +29,7 @@ import {
 } from '../../lib/index.js';
 import { engineReady } from '../support/engine-ready.js';
 import { quietLogger } from '../support/quiet-logger.js';
-import { RedisNodeProcess } from '../support/redis-nodes.js';
+import { RedisNodeProcess } from '../../dev/redis/redis-nodes.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import { failOnUnhandledRejections } from './unhandled-rejections.js';
 

@@ -26,7 +26,11 @@ import {
 import { LogCapture } from '../support/log-capture.js';
 import { nextLockEvent } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
-import { startRedisNodes, stopRedisNodes, type RedisNodeProcess } from '../support/redis-nodes.js';
+import {
+  startRedisNodes,
+  stopRedisNodes,
+  type RedisNodeProcess,
+} from '../../dev/redis/redis-nodes.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 
 const redis = useRedisNodes(3);

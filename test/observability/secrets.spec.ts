@@ -15,7 +15,11 @@ import {
 } from '../../lib/index.js';
 import { LogCapture } from '../support/log-capture.js';
 import { quietLogger } from '../support/quiet-logger.js';
-import { startRedisNodes, stopRedisNodes, type RedisNodeProcess } from '../support/redis-nodes.js';
+import {
+  startRedisNodes,
+  stopRedisNodes,
+  type RedisNodeProcess,
+} from '../../dev/redis/redis-nodes.js';
 
 /** Distinctive, so that any trace of it in any output is found. */
 const PASSWORD = `Pw-${randomBytes(9).toString('base64url')}`;

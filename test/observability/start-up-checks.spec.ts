@@ -9,7 +9,11 @@ import {
   type RedisLockModuleOptions,
 } from '../../lib/index.js';
 import { LogCapture } from '../support/log-capture.js';
-import { startRedisNodes, stopRedisNodes, type RedisNodeProcess } from '../support/redis-nodes.js';
+import {
+  startRedisNodes,
+  stopRedisNodes,
+  type RedisNodeProcess,
+} from '../../dev/redis/redis-nodes.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 
 const safe = useRedisNodes(3);

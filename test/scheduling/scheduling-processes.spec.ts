@@ -25,7 +25,7 @@ import { Redis } from 'ioredis';
 import { buildClockShim, shiftedClockEnv } from '../chaos/clock-shim.js';
 import { clockOrigin, now } from '../chaos/history.js';
 import { RedisFencedStore } from '../chaos/stores.js';
-import { waitForProcState, withParentDeathSignal } from '../support/redis-nodes.js';
+import { waitForProcState, withParentDeathSignal } from '../../dev/redis/redis-nodes.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import type { AppMessage } from './scheduling-app.js';
 

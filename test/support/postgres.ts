@@ -7,7 +7,7 @@
  * every PostgreSQL program runs through `runuser -u postgres`, and the
  * directory is handed to that user first.
  *
- * Framework-free like redis-nodes.ts:
+ * Framework-free like the redis-server harness (dev/redis/redis-nodes.ts):
  *
  * ```ts
  * const server = await startPostgres();
@@ -73,7 +73,7 @@ export interface PostgresConnection {
 }
 
 // --- Safety net ---------------------------------------------------------------
-// As in redis-nodes.ts: Jest gives each test file its own `process` whose 'exit'
+// As in dev/redis/redis-nodes.ts: Jest gives each test file its own `process` whose 'exit'
 // never fires, so the registry and its hook live on the host process.
 
 const hostProcess: NodeJS.Process = (() => {

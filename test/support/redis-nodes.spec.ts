@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { existsSync } from 'node:fs';
 import { Redis } from 'ioredis';
-import { findRedisServer, startRedisNodes } from './redis-nodes.js';
+import { findRedisServer, startRedisNodes } from '../../dev/redis/redis-nodes.js';
 import { useRedisNodes } from './use-redis-nodes.js';
 
 function isAlive(pid: number): boolean {

@@ -1,5 +1,5 @@
 /**
- * Real Redis topologies built from the redis-server harness (redis-nodes.ts),
+ * Real Redis topologies built from the redis-server harness (dev/redis/redis-nodes.ts),
  * framework-free like it:
  *
  * - a Redis Cluster: `masters` cluster-enabled servers joined by
@@ -31,7 +31,7 @@ import {
   stopRedisNodes,
   withParentDeathSignal,
   type RedisNodeOptions,
-} from './redis-nodes.js';
+} from '../../dev/redis/redis-nodes.js';
 
 /** How long a cluster may take to agree on its slots, or a replica to attach. */
 export const TOPOLOGY_SETTLE_TIMEOUT_MS = 15_000;

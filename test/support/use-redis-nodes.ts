@@ -1,6 +1,6 @@
 /**
- * The Jest side of the redis-server harness (redis-nodes.ts, which imports no
- * test framework so the benchmark and the demo can load it too).
+ * The Jest side of the redis-server harness (dev/redis/redis-nodes.ts, which
+ * imports no test framework so the benchmark and the demo can load it too).
  *
  * ```ts
  * const redis = useRedisNodes(3);
@@ -16,7 +16,7 @@ import {
   stopRedisNodes,
   type RedisNodeOptions,
   type RedisNodeProcess,
-} from './redis-nodes.js';
+} from '../../dev/redis/redis-nodes.js';
 
 export interface RedisNodesHandle {
   /** Filled in by beforeAll. */

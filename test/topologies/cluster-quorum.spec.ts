@@ -7,7 +7,7 @@ import { hashSlot } from '../../lib/engine/cluster-scripts.js';
 import { ACQUIRE, EXTEND, FENCE_WRITEBACK, RELEASE } from '../../lib/engine/lua-scripts.js';
 import { nodesBack } from '../support/engine-ready.js';
 import { quietLogger } from '../support/quiet-logger.js';
-import type { RedisNodeProcess } from '../support/redis-nodes.js';
+import type { RedisNodeProcess } from '../../dev/redis/redis-nodes.js';
 import {
   ownerOfSlot,
   RedisClusterProcess,

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { findRedisServer, startRedisNodes } from '../../../test/support/redis-nodes.js';
+import { findRedisServer, startRedisNodes } from '../../../dev/redis/redis-nodes.js';
 import { FlashSaleStore } from '../store/flash-sale.store.js';
 import { startFleet, stopFleet, type AppInstance } from './fleet.js';
 import { runLoad, type LoadResult } from './load.js';

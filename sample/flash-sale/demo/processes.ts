@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { createWriteStream } from 'node:fs';
 import { createInterface } from 'node:readline';
-import { waitForProcState, withParentDeathSignal } from '../../../test/support/redis-nodes.js';
+import { waitForProcState, withParentDeathSignal } from '../../../dev/redis/redis-nodes.js';
 
 const STOP_TIMEOUT_MS = 5_000;
 const KEPT_LINES = 200;
@@ -18,7 +18,7 @@ export interface SpawnOptions {
 
 /**
  * What the registry stops: an app instance, or a Redis node of the project's
- * redis-server harness (test/support/redis-nodes.ts).
+ * redis-server harness (dev/redis/redis-nodes.ts).
  */
 export interface StoppableProcess {
   /** Undefined once it has exited (a Redis node) or if it never started. */

@@ -4,9 +4,10 @@
  * nodes the way production loses them.
  *
  * Framework-free on purpose: the Jest suites use it through
- * `useRedisNodes()` (use-redis-nodes.ts), the benchmark (bench/run.ts) and the
- * flash-sale demo (sample/flash-sale/demo/demo.ts, compiled into sample/dist
- * by sample/tsconfig.json) import it directly, and plain `node` loads it.
+ * `useRedisNodes()` (test/support/use-redis-nodes.ts), the benchmark
+ * (bench/run.ts) and the flash-sale demo (sample/flash-sale/demo/demo.ts,
+ * compiled into sample/dist by sample/tsconfig.json) import it directly, and
+ * plain `node` loads it.
  *
  * ```ts
  * const nodes = await startRedisNodes(3);
