@@ -1,3 +1,5 @@
+import { parseArgs } from 'node:util';
+
 /** Command-line options of `bench/run.ts`. */
 export interface BenchArgs {
   /** Short windows and fewer cycles: a smoke run of about a minute. */
@@ -19,54 +21,58 @@ export const USAGE = `Usage: node --expose-gc --import tsx bench/run.ts [options
   --out DIR               results folder (default: bench/results)
   --help                  this text`;
 
-function list(flag: string, value: string | undefined): string[] {
-  if (value === undefined || value.startsWith('--')) {
-    throw new Error(`${flag} needs a comma-separated list, e.g. ${flag} 1,3,5`);
-  }
-  return value
+/** A command line `bench/run.ts` cannot run: the message says what to change. */
+export class BenchArgsError extends Error {
+  override readonly name = 'BenchArgsError';
+}
+
+const OPTIONS = {
+  quick: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+  nodes: { type: 'string' },
+  scenarios: { type: 'string' },
+  out: { type: 'string' },
+} as const;
+
+function list(flag: string, value: string): string[] {
+  const parts = value
     .split(',')
     .map((part) => part.trim())
     .filter(Boolean);
+  if (parts.length === 0) {
+    throw new BenchArgsError(`${flag} needs a comma-separated list, e.g. ${flag} 1,3,5`);
+  }
+  return parts;
+}
+
+function nodeCounts(value: string): number[] {
+  return list('--nodes', value).map((part) => {
+    const n = Number(part);
+    if (!Number.isInteger(n) || n < 1 || n > 9) {
+      throw new BenchArgsError(`--nodes takes whole numbers from 1 to 9 (got '${part}')`);
+    }
+    return n;
+  });
+}
+
+/** The options as given; a command line Node cannot parse is a BenchArgsError. */
+function optionValues(argv: readonly string[]) {
+  try {
+    return parseArgs({ args: [...argv], options: OPTIONS, strict: true }).values;
+  } catch (error) {
+    // Unknown options, stray arguments, a list or folder left out: Node's message, then the usage.
+    throw new BenchArgsError(`${(error as Error).message}\n\n${USAGE}`);
+  }
 }
 
 export function parseBenchArgs(argv: readonly string[], defaultOut: string): BenchArgs {
-  let quick = false;
-  let help = false;
-  let nodes: number[] | undefined;
-  let scenarios: string[] | undefined;
-  let out = defaultOut;
-  for (let i = 0; i < argv.length; i++) {
-    const [flag, inline] = argv[i].split('=', 2) as [string, string | undefined];
-    const value = () => inline ?? argv[++i];
-    switch (flag) {
-      case '--quick':
-        quick = true;
-        break;
-      case '--help':
-      case '-h':
-        help = true;
-        break;
-      case '--nodes':
-        nodes = list(flag, value()).map((part) => {
-          const n = Number(part);
-          if (!Number.isInteger(n) || n < 1 || n > 9) {
-            throw new Error(`--nodes takes whole numbers from 1 to 9 (got '${part}')`);
-          }
-          return n;
-        });
-        break;
-      case '--scenarios':
-        scenarios = list(flag, value());
-        break;
-      case '--out': {
-        const dir = value();
-        if (!dir) throw new Error('--out needs a folder');
-        out = dir;
-        break;
-      }
-      default:
-        throw new Error(`unknown option '${argv[i]}'\n\n${USAGE}`);
-    }
-  }
-  return { quick, nodes, scenarios, out, help };
+  const values = optionValues(argv);
+  if (values.out === '') throw new BenchArgsError('--out needs a folder');
+  return {
+    quick: values.quick ?? false,
+    help: values.help ?? false,
+    nodes: values.nodes === undefined ? undefined : nodeCounts(values.nodes),
+    scenarios: values.scenarios === undefined ? undefined : list('--scenarios', values.scenarios),
+    out: values.out ?? defaultOut,
+  };
 }
