@@ -2,6 +2,8 @@ import type { Cluster, Redis } from 'ioredis';
 import { serverLabel, type LockNode } from './lock-node.js';
 import { LockUnavailableError, type NodeFailure } from './lock-errors.js';
 import { RAISE_FENCE } from './lua-scripts.js';
+import { bounded } from './time-bound.js';
+import { fenceKeyPattern, lockKeyPattern, scanKeys } from './admin/key-scan.js';
 
 /** One node's view of a resource. */
 export interface NodeLockState {
@@ -109,7 +111,7 @@ export class LockAdmin {
    * its lease.
    */
   async list(pattern = '*', limit = 1000): Promise<string[]> {
-    const match = `${escapeGlob(this.keyPrefix)}{${pattern}}`;
+    const match = lockKeyPattern(this.keyPrefix, pattern);
     const seen = new Map<string, number>();
     const results = await Promise.allSettled(
       this.nodes.map(async (node) => {
@@ -118,7 +120,7 @@ export class LockAdmin {
           node.servers().map(async (server) => {
             // Every match, not the first `limit`: the nodes scan in different orders, and a lock
             // counts only where a quorum of them show it.
-            for await (const key of this.scan(server, match)) {
+            for await (const key of scanKeys(server, match, this.timeoutMs)) {
               found.add(key.slice(this.keyPrefix.length + 1, -1));
             }
           }),
@@ -183,14 +185,14 @@ export class LockAdmin {
    * instead, naming it.
    */
   async reseedFences(ttl: number, pattern = '*'): Promise<Record<string, number>> {
-    const match = `${escapeGlob(this.keyPrefix)}{${pattern}}:fence`;
+    const match = fenceKeyPattern(this.keyPrefix, pattern);
     const keys = new Set<string>([this.nodeCounterKey]);
     await this.everyNode(
       'read the fence counters of',
       async (node) => {
         await Promise.all(
           node.servers().map(async (server) => {
-            for await (const key of this.scan(server, match)) keys.add(key);
+            for await (const key of scanKeys(server, match, this.timeoutMs)) keys.add(key);
           }),
         );
       },
@@ -297,32 +299,9 @@ export class LockAdmin {
     );
   }
 
-  /** SCAN of one server (a cluster node's keys are spread over its masters: scan each). */
-  private async *scan(server: Redis, match: string): AsyncGenerator<string> {
-    let cursor = '0';
-    do {
-      const [next, keys] = await this.bounded(server.scan(cursor, 'MATCH', match, 'COUNT', 1000));
-      cursor = next;
-      yield* keys;
-    } while (cursor !== '0');
-  }
-
   private bounded<T>(work: Promise<T>): Promise<T> {
-    let timer: NodeJS.Timeout | undefined;
-    return Promise.race([
-      work,
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(
-          () => reject(new Error(`no answer within ${this.timeoutMs} ms`)),
-          this.timeoutMs,
-        );
-      }),
-    ]).finally(() => clearTimeout(timer));
+    return bounded(work, this.timeoutMs);
   }
-}
-
-function escapeGlob(text: string): string {
-  return text.replace(/[*?[\]\\]/g, '\\$&');
 }
 
 /**

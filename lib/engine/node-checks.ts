@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import { LockConfigurationError } from './lock-errors.js';
 import { serverLabel, type LockNode } from './lock-node.js';
 import { LOCK_DEFAULTS, type ResolvedEngineOptions } from './lock-options.js';
+import { bounded } from './time-bound.js';
 
 /** What the checks read off one server (a node, or a master of a cluster node). */
 export interface ServerFacts {
@@ -227,17 +228,10 @@ export async function checkNodes(
     );
   }
   if (options.checkNodes) {
-    const facts = await Promise.all(
-      nodes.map((node, i) =>
-        ready[i]
-          ? readNodeFacts(node).catch((error: Error) => {
-              // Strict mode cannot vouch for a node it could not read.
-              refusals.push(
-                `could not check the set-up of node ${node.label} (${error.message}); allow INFO and CONFIG GET to its user, or set checkNodes: false.`,
-              );
-              return undefined;
-            })
-          : undefined,
+    const facts = await readFactsOf(nodes, ready, (node, error) =>
+      // Strict mode cannot vouch for a node it could not read.
+      refusals.push(
+        `could not check the set-up of node ${node.label} (${error.message}); allow INFO and CONFIG GET to its user, or set checkNodes: false.`,
       ),
     );
     // CONFIG is often disabled on managed services: say what went unchecked, without refusing.
@@ -266,4 +260,58 @@ export async function checkNodes(
     );
   }
   for (const problem of [...warnings, ...refusals]) options.logger.warn(problem);
+}
+
+/**
+ * The facts of every node marked up in `up` (undefined for the others, and
+ * for a node that could not be read, which `unreadable` is told about), each
+ * read bounded by `timeoutMs` when given.
+ */
+function readFactsOf(
+  nodes: readonly LockNode[],
+  up: readonly boolean[],
+  unreadable: (node: LockNode, error: Error) => void,
+  timeoutMs?: number,
+): Promise<(NodeFacts | undefined)[]> {
+  return Promise.all(
+    nodes.map((node, i) => {
+      if (!up[i]) return undefined;
+      const read = readNodeFacts(node);
+      return (timeoutMs === undefined ? read : bounded(read, timeoutMs)).catch((error: Error) => {
+        unreadable(node, error);
+        return undefined;
+      });
+    }),
+  );
+}
+
+/**
+ * The risks in the set-up of the nodes marked up in `up` (what the engine
+ * checks on connect), read now for an operator: the sentences of
+ * {@link findRisks}, then one per node that could not be read. Each node's
+ * reads are bounded by `timeoutMs`.
+ */
+export async function collectRisks(
+  nodes: readonly LockNode[],
+  up: readonly boolean[],
+  options: Pick<ResolvedEngineOptions, 'fencing' | 'fenceCounterTtl'>,
+  timeoutMs: number,
+): Promise<string[]> {
+  const unreadable: string[] = [];
+  const facts = await readFactsOf(
+    nodes,
+    up,
+    (node, error) =>
+      unreadable.push(
+        `could not check the set-up of node ${node.label} (${error.message}); allow INFO and CONFIG GET to its user.`,
+      ),
+    timeoutMs,
+  );
+  const risks = findRisks(
+    nodes.map((n) => n.label),
+    facts,
+    options.fencing,
+    options.fenceCounterTtl,
+  );
+  return [...risks, ...unreadable];
 }

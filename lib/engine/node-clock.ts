@@ -1,4 +1,5 @@
 import type { LockNode } from './lock-node.js';
+import { bounded } from './time-bound.js';
 
 /**
  * How far the nodes' clocks are ahead of this process's (ms, the median over
@@ -24,22 +25,16 @@ export async function nodeClockOffset(
 
 async function offsetOf(node: LockNode, timeoutMs: number): Promise<number | undefined> {
   const sent = performance.now();
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<undefined>((resolve) => {
-    timer = setTimeout(resolve, timeoutMs, undefined);
-  });
   try {
-    const reply = await Promise.race([node.client.time(), late]);
-    if (!reply) return undefined;
+    const reply = await bounded(node.client.time(), timeoutMs);
     const received = performance.now();
     const nodeMs = Number(reply[0]) * 1000 + Number(reply[1]) / 1000;
     // The node read its clock about halfway through the round trip.
     const local = performance.timeOrigin + (sent + received) / 2;
     return Number.isFinite(nodeMs) ? nodeMs - local : undefined;
   } catch {
-    // TIME may be denied by an ACL: this process's clock then ranks its waiters.
+    // TIME may be denied by an ACL, or not answered in time: this process's clock then ranks
+    // its waiters.
     return undefined;
-  } finally {
-    clearTimeout(timer);
   }
 }

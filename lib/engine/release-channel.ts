@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Cluster, Redis } from 'ioredis';
 import { closeSentinelWatch, type LockNode } from './lock-node.js';
 import { isClusterClient } from './lock-options.js';
+import { bounded } from './time-bound.js';
 
 /** How long a channel stays subscribed after its last waiter left, to spare churn on hot keys. */
 const LINGER_MS = 5000;
@@ -64,15 +65,10 @@ export class ReleaseChannel {
     }
     if (fresh.length === 0 || this.closed) return;
     const subscribers = this.open();
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      Promise.allSettled(subscribers.map((s) => s?.subscribe(fresh))),
-      new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, timeoutMs);
-        timer.unref();
-      }),
-    ]);
-    clearTimeout(timer);
+    // A node that does not answer in time is not waited for: its subscription completes later.
+    await bounded(Promise.allSettled(subscribers.map((s) => s?.subscribe(fresh))), timeoutMs, {
+      unref: true,
+    }).catch(() => undefined);
   }
 
   /** Drops one reference per key; a channel nobody waits on is unsubscribed after a while. */

@@ -1,0 +1,23 @@
+/** How a promise raced against a timer gives up. */
+export interface BoundOptions {
+  /**
+   * Let the process exit while only the timer is left (a background chore);
+   * default false, so a caller that awaits the result is never cut short.
+   */
+  readonly unref?: boolean;
+}
+
+/**
+ * `work`, or a rejection with `no answer within <ms> ms` once `ms` have
+ * passed without it settling. The timer is cleared as soon as either side
+ * wins. A node that never answers (a paused process, a black hole) costs at
+ * most `ms`; what it would have answered later is dropped.
+ */
+export function bounded<T>(work: Promise<T>, ms: number, options: BoundOptions = {}): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+    if (options.unref) timer.unref();
+  });
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
+}
