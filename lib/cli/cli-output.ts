@@ -1,6 +1,6 @@
 /**
  * What the command-line tool writes: aligned tables, colour only for a
- * terminal that wants it, durations people can read, and never a password.
+ * terminal that wants it, and never a password (durations: durations.ts).
  */
 
 /** What a value means to the reader, shown as a colour on a terminal. */
@@ -164,20 +164,6 @@ export function formatTable(
     ),
     ...rows.map((row) => line(row, false)),
   ].join('\n');
-}
-
-/** `850 ms`, `4.9 s`, `12 min 5 s`, `2 h 5 min`. */
-export function formatDuration(ms: number): string {
-  if (ms < 1000) return `${Math.round(ms)} ms`;
-  if (ms < 60_000) return `${(Math.floor(ms / 100) / 10).toFixed(1)} s`;
-  const seconds = Math.floor(ms / 1000);
-  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
-  return `${Math.floor(seconds / 3600)} h ${Math.floor((seconds % 3600) / 60)} min`;
-}
-
-/** A latency in ms with the precision a ping deserves. */
-export function formatLatency(ms: number): string {
-  return ms < 10 ? `${ms.toFixed(2)} ms` : `${Math.round(ms)} ms`;
 }
 
 /** `1 node`, `3 nodes`. */

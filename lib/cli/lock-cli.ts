@@ -4,12 +4,13 @@
  */
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline/promises';
-import { LockOptionsError } from '../engine/lock-errors.js';
-import { LockEngine } from '../engine/lock-engine.js';
-import type { LockLogger } from '../engine/lock-options.js';
-import { BIN, helpText, parseCommandLine, UsageError, type CliRequest } from './cli-arguments.js';
-import { COMMAND_RUNNERS, EXIT_FAILED, EXIT_OK, EXIT_USAGE } from './cli-commands.js';
+import { LockEngine, LockOptionsError, type LockLogger } from '../engine/internal.js';
 import { SecretMask, Terminal, wantsColor } from './cli-output.js';
+import { BIN } from './command-line.js';
+import { COMMAND_RUNNERS } from './commands/index.js';
+import { EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError } from './exit-codes.js';
+import { helpText } from './help-text.js';
+import { parseCommandLine, type CliRequest } from './parse-arguments.js';
 
 export interface CliIo {
   readonly stdout: { write(text: string): unknown; readonly isTTY?: boolean };

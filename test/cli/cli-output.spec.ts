@@ -1,5 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
-import { SecretMask, formatDuration, formatTable, wantsColor } from '../../lib/cli/cli-output.js';
+import { SecretMask, formatTable, wantsColor } from '../../lib/cli/cli-output.js';
+import { formatDuration } from '../../lib/cli/durations.js';
 
 describe('SecretMask', () => {
   const mask = new SecretMask();
