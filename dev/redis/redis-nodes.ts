@@ -20,22 +20,14 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import {
-  accessSync,
-  constants as fsConstants,
-  createWriteStream,
-  existsSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { createWriteStream, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { mkdtemp } from 'node:fs/promises';
 import { createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
-import { performance } from 'node:perf_hooks';
 import { delimiter, join } from 'node:path';
 import { runInThisContext } from 'node:vm';
 import { Redis } from 'ioredis';
+import { isExecutable, waitForProcState, withParentDeathSignal } from '../processes.js';
 
 export interface RedisNodeOptions {
   /** AOF persistence. Default: true. */
@@ -106,15 +98,6 @@ export function findRedisServer(): string {
   throw new Error(NOT_FOUND_MESSAGE);
 }
 
-function isExecutable(path: string): boolean {
-  try {
-    accessSync(path, fsConstants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 // --- Safety net -------------------------------------------------------------
 // Jest gives each test file a copy of `process` whose 'exit' never fires, and a
 // fresh copy of this module. The registry and its single 'exit' hook therefore
@@ -153,44 +136,6 @@ function liveNodes(): Set<LiveNode> {
     });
   }
   return registry;
-}
-
-// --- Child processes --------------------------------------------------------
-// Also used by the demo for its app instances (sample/flash-sale/demo/processes.ts).
-
-const SETPRIV = process.platform === 'linux' && isExecutable('/usr/bin/setpriv');
-
-/**
- * `argv` run so that, on Linux, the kernel kills the child should its parent
- * die without running 'exit' handlers (SIGKILL, crash); unchanged elsewhere.
- */
-export function withParentDeathSignal(argv: readonly string[]): string[] {
-  return SETPRIV ? ['/usr/bin/setpriv', '--pdeathsig', 'KILL', ...argv] : [...argv];
-}
-
-/**
- * Waits until the kernel reports the process state (field 3 of /proc/PID/stat,
- * 'T' when stopped) that `accept` wants, so a SIGSTOP or SIGCONT has taken
- * effect when the caller goes on; a no-op off Linux.
- */
-export async function waitForProcState(
-  pid: number | undefined,
-  accept: (state: string) => boolean,
-  name: string,
-): Promise<void> {
-  if (process.platform !== 'linux' || pid === undefined) return;
-  const deadline = performance.now() + 2_000;
-  while (performance.now() < deadline) {
-    let state: string;
-    try {
-      state = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0] ?? '';
-    } catch {
-      return; // exited
-    }
-    if (accept(state)) return;
-    await new Promise((resolve) => setImmediate(resolve));
-  }
-  throw new Error(`${name} (pid ${pid}) did not change state after a signal`);
 }
 
 // --- Ports ------------------------------------------------------------------

@@ -19,12 +19,8 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { LockEngine } from '../../lib/engine/index.js';
 import { ACQUIRE, EXTEND, FENCE_WRITEBACK, RELEASE } from '../../lib/engine/lua-scripts.js';
-import {
-  RedisNodeProcess,
-  stopRedisNodes,
-  waitForProcState,
-  withParentDeathSignal,
-} from '../../dev/redis/redis-nodes.js';
+import { RedisNodeProcess, stopRedisNodes } from '../../dev/redis/redis-nodes.js';
+import { waitForProcState, withParentDeathSignal } from '../../dev/processes.js';
 import { engineReady } from '../support/engine-ready.js';
 import {
   check,

@@ -1,16 +1,16 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { spawnTsx } from '../../dev/processes.js';
 import type { ContenderMessage, GrantRecord } from '../support/contender.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 
 const PROCESSES = 4;
 const WORKERS = 3;
 
-const root = fileURLToPath(new URL('../..', import.meta.url));
 const script = fileURLToPath(new URL('../support/contender.ts', import.meta.url));
 
 const redis = useRedisNodes(3);
@@ -35,14 +35,8 @@ class Contender {
   }
 
   static async start(nodes: readonly string[], resource: string, iterations: number) {
-    // Not Jest's NODE_OPTIONS (--experimental-vm-modules): the child is a plain Node process.
-    const { NODE_OPTIONS: _ignored, ...env } = process.env;
-    const child = spawn(
-      process.execPath,
-      [
-        '--import',
-        'tsx',
-        script,
+    const child = spawnTsx(script, {
+      args: [
         '--nodes',
         nodes.join(','),
         '--resource',
@@ -52,8 +46,7 @@ class Contender {
         '--iterations',
         String(iterations),
       ],
-      { cwd: root, env, stdio: ['pipe', 'pipe', 'pipe'] },
-    );
+    });
     const contender = new Contender(child);
     const ready = await contender.next();
     expect(ready).toEqual({ ready: true });

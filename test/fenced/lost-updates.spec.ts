@@ -19,7 +19,7 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { ignoreShutdownErrors, startPostgres, type PostgresServer } from '../support/postgres.js';
-import { waitForProcState } from '../../dev/redis/redis-nodes.js';
+import { waitForProcState } from '../../dev/processes.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import {
   COUNTER_TABLES,

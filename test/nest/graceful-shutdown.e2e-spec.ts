@@ -6,15 +6,15 @@
  * answered 503 meanwhile, and the process exits within `shutdownTimeout`.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { spawnTsx } from '../../dev/processes.js';
 import { LockEngine } from '../../lib/engine/index.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 
-const root = fileURLToPath(new URL('../..', import.meta.url));
 const script = fileURLToPath(new URL('../support/shutdown-app.ts', import.meta.url));
 const redis = useRedisNodes(3);
 const now = () => Number(process.hrtime.bigint()) / 1e6;
@@ -48,21 +48,10 @@ class AppProcess {
   }
 
   static start(nodes: readonly string[], shutdownTimeout: number): AppProcess {
-    // A plain Node process, not one with Jest's NODE_OPTIONS.
-    const { NODE_OPTIONS: _ignored, ...env } = process.env;
-    const child = spawn(
-      process.execPath,
-      [
-        '--import',
-        'tsx',
-        script,
-        '--nodes',
-        nodes.join(','),
-        '--shutdown-timeout',
-        String(shutdownTimeout),
-      ],
-      { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
+    const child = spawnTsx(script, {
+      args: ['--nodes', nodes.join(','), '--shutdown-timeout', String(shutdownTimeout)],
+      stdin: 'ignore',
+    });
     return new AppProcess(child);
   }
 

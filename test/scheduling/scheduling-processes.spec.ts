@@ -15,7 +15,7 @@
  *   through a fence is never accepted from two leaders interleaved.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -25,12 +25,11 @@ import { Redis } from 'ioredis';
 import { buildClockShim, shiftedClockEnv } from '../chaos/clock-shim.js';
 import { clockOrigin, now } from '../chaos/history.js';
 import { RedisFencedStore } from '../chaos/stores.js';
-import { waitForProcState, withParentDeathSignal } from '../../dev/redis/redis-nodes.js';
+import { spawnTsx, waitForProcState } from '../../dev/processes.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import type { AppMessage } from './scheduling-app.js';
 
 const redis = useRedisNodes(4); // three lock nodes, and one for the stores
-const root = fileURLToPath(new URL('../..', import.meta.url));
 const appScript = fileURLToPath(new URL('./scheduling-app.ts', import.meta.url));
 
 /** Ticks each cron configuration must see run (or skipped) by all three instances. */
@@ -129,31 +128,24 @@ let shim: string;
 const instances: Instance[] = [];
 
 function start(id: string, args: string[], shiftMs = 0): Instance {
-  // Not Jest's NODE_OPTIONS (--experimental-vm-modules): the instance is a plain Node process.
-  const { NODE_OPTIONS: _jest, ...env } = process.env;
   const clock = shiftMs === 0 ? {} : shiftedClockEnv(shim, join(dir, `clock-${id}`), shiftMs);
-  const [command, ...argv] = withParentDeathSignal([
-    process.execPath,
-    '--import',
-    'tsx',
-    appScript,
-    '--id',
-    id,
-    '--nodes',
-    redis.nodes
-      .slice(0, 3)
-      .map((n) => n.url)
-      .join(','),
-    '--store',
-    redis.nodes[3].url,
-    '--clock-origin',
-    String(clockOrigin()),
-    ...args,
-  ]);
-  const child = spawn(command, argv, {
-    cwd: root,
-    env: { ...env, ...clock },
-    stdio: ['pipe', 'pipe', 'pipe'],
+  const child = spawnTsx(appScript, {
+    args: [
+      '--id',
+      id,
+      '--nodes',
+      redis.nodes
+        .slice(0, 3)
+        .map((n) => n.url)
+        .join(','),
+      '--store',
+      redis.nodes[3].url,
+      '--clock-origin',
+      String(clockOrigin()),
+      ...args,
+    ],
+    env: clock,
+    dieWithParent: true,
   });
   const instance = new Instance(id, child);
   instances.push(instance);

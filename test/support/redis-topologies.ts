@@ -19,7 +19,6 @@
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { accessSync, constants as fsConstants } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
@@ -29,9 +28,9 @@ import {
   RedisNodeProcess,
   startRedisNodes,
   stopRedisNodes,
-  withParentDeathSignal,
   type RedisNodeOptions,
 } from '../../dev/redis/redis-nodes.js';
+import { isExecutable, withParentDeathSignal } from '../../dev/processes.js';
 
 /** How long a cluster may take to agree on its slots, or a replica to attach. */
 export const TOPOLOGY_SETTLE_TIMEOUT_MS = 15_000;
@@ -51,14 +50,8 @@ export function findRedisCli(): string {
     join(dirname(findRedisServer()), 'redis-cli'),
     ...(process.env.PATH ?? '').split(delimiter).map((dir) => join(dir || '.', 'redis-cli')),
   ];
-  for (const candidate of candidates) {
-    try {
-      accessSync(candidate, fsConstants.X_OK);
-      return candidate;
-    } catch {
-      // next
-    }
-  }
+  const found = candidates.find(isExecutable);
+  if (found) return found;
   throw new Error(
     "redis-cli not found: it comes with redis-server ('apt-get install -y redis-server'), or set REDIS_CLI_BIN",
   );

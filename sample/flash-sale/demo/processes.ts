@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { createWriteStream } from 'node:fs';
 import { createInterface } from 'node:readline';
-import { waitForProcState, withParentDeathSignal } from '../../../dev/redis/redis-nodes.js';
+import { waitForProcState, withParentDeathSignal } from '../../../dev/processes.js';
 
 const STOP_TIMEOUT_MS = 5_000;
 const KEPT_LINES = 200;

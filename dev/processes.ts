@@ -1,0 +1,88 @@
+/**
+ * Child processes for the tests, the demo and the redis-server harness: a
+ * TypeScript file run through tsx as a plain Node process, a kill that
+ * reaches the child should its parent die, and a wait for a SIGSTOP or
+ * SIGCONT to take effect.
+ *
+ * ```ts
+ * const child = spawnTsx('test/support/contender.ts', { args: ['--nodes', urls] });
+ * ```
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { accessSync, constants as fsConstants, readFileSync } from 'node:fs';
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
+
+/** The repository root: where tsx resolves from. */
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+export function isExecutable(path: string): boolean {
+  try {
+    accessSync(path, fsConstants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const SETPRIV = process.platform === 'linux' && isExecutable('/usr/bin/setpriv');
+
+/**
+ * `argv` run so that, on Linux, the kernel kills the child should its parent
+ * die without running 'exit' handlers (SIGKILL, crash); unchanged elsewhere.
+ */
+export function withParentDeathSignal(argv: readonly string[]): string[] {
+  return SETPRIV ? ['/usr/bin/setpriv', '--pdeathsig', 'KILL', ...argv] : [...argv];
+}
+
+/**
+ * Waits until the kernel reports the process state (field 3 of /proc/PID/stat,
+ * 'T' when stopped) that `accept` wants, so a SIGSTOP or SIGCONT has taken
+ * effect when the caller goes on; a no-op off Linux.
+ */
+export async function waitForProcState(
+  pid: number | undefined,
+  accept: (state: string) => boolean,
+  name: string,
+): Promise<void> {
+  if (process.platform !== 'linux' || pid === undefined) return;
+  const deadline = performance.now() + 2_000;
+  while (performance.now() < deadline) {
+    let state: string;
+    try {
+      state = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0] ?? '';
+    } catch {
+      return; // exited
+    }
+    if (accept(state)) return;
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  throw new Error(`${name} (pid ${pid}) did not change state after a signal`);
+}
+
+export interface TsxProcessOptions {
+  /** The script's arguments. */
+  readonly args?: readonly string[];
+  /** Set in the child's environment, over this process's. */
+  readonly env?: NodeJS.ProcessEnv;
+  /** Default: 'pipe'. stdout and stderr are always piped. */
+  readonly stdin?: 'pipe' | 'ignore';
+  /** Through {@link withParentDeathSignal}. Default: false. */
+  readonly dieWithParent?: boolean;
+}
+
+/**
+ * Runs a TypeScript file through tsx as a plain Node process from the
+ * repository root: this process's environment without NODE_OPTIONS, which
+ * under Jest holds --experimental-vm-modules.
+ */
+export function spawnTsx(script: string, options: TsxProcessOptions = {}): ChildProcess {
+  const { NODE_OPTIONS: _jest, ...env } = process.env;
+  const argv = [process.execPath, '--import', 'tsx', script, ...(options.args ?? [])];
+  const [command, ...args] = options.dieWithParent ? withParentDeathSignal(argv) : argv;
+  return spawn(command, args, {
+    cwd: ROOT,
+    env: { ...env, ...options.env },
+    stdio: [options.stdin ?? 'pipe', 'pipe', 'pipe'],
+  });
+}
