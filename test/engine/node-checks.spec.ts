@@ -1,5 +1,6 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, afterEach, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import {
+  collectRisks,
   findRisks,
   LockConfigurationError,
   LockEngine,
@@ -187,6 +188,81 @@ describe('connection checks on real nodes', () => {
     ]);
     expect(risky).toEqual([]);
     expect(oneDown).toEqual([`1 of 3 node(s) unreachable at start-up (${refused(down[0])}).`]);
+  });
+
+  describe('collected for an operator (collectRisks)', () => {
+    /** An engine that checks nothing at connect, so that only collectRisks reads the nodes. */
+    async function unchecked(nodes: readonly (RedisNodeProcess | string | LockNodeSpec)[]) {
+      const engine = new LockEngine({
+        nodes: nodes.map((n) => (n instanceof RedisNodeProcess ? n.url : n)),
+        checkNodes: false,
+        logger: quietLogger(),
+      });
+      engines.push(engine);
+      await engine.connect();
+      return engine;
+    }
+
+    it('reads the nodes that are up and finds what the start-up checks find', async () => {
+      const engine = await unchecked([safe.nodes[0], noAof, unreachable(down[0])]);
+      const up = (await engine.health()).nodes.map((node) => node.up);
+      expect(up).toEqual([true, true, false]);
+      expect(await collectRisks(engine.nodes, up, engine.options, 2500)).toEqual([
+        `node ${label(noAof)} has appendonly off: a restart empties it, so a lock that stood on it and on no more than a quorum can be granted to a second holder (fence counters it lost restart from the clock, so tokens keep rising). Set appendonly yes and appendfsync always.`,
+      ]);
+      expect(
+        await collectRisks(engine.nodes, up, { fencing: false, fenceCounterTtl: 0 }, 2500),
+      ).toEqual([
+        `node ${label(noAof)} has appendonly off: a restart empties it, so a lock that stood on it and on no more than a quorum can be granted to a second holder. Set appendonly yes and appendfsync always.`,
+      ]);
+    });
+
+    it('names a node whose user may not read INFO, after the risks found on the others', async () => {
+      const [a, b] = safe.nodes;
+      await b.cli(
+        'ACL',
+        'SETUSER',
+        'blind',
+        'reset',
+        'on',
+        '>blind-pw',
+        '~*',
+        '&*',
+        '+@all',
+        '-info',
+      );
+      // ioredis tells the console (not the engine's logger) that it skips its ready check.
+      const consoleWarn = jest.spyOn(console, 'warn').mockImplementation(() => undefined);
+      try {
+        const engine = await unchecked([a, `redis://blind:blind-pw@${b.host}:${b.port}`, lru]);
+        const risks = await collectRisks(engine.nodes, [true, true, true], engine.options, 2500);
+        expect(risks).toHaveLength(2);
+        expect(risks[0]).toContain(`node ${label(lru)} has maxmemory-policy allkeys-lru`);
+        expect(risks[1]).toMatch(
+          new RegExp(
+            `^could not check the set-up of node ${label(b)} \\(NOPERM.*\\); allow INFO and CONFIG GET to its user\\.$`,
+          ),
+        );
+      } finally {
+        consoleWarn.mockRestore();
+        await b.cli('ACL', 'DELUSER', 'blind');
+      }
+    });
+
+    it('gives up on a node that does not answer within the bound', async () => {
+      const engine = await unchecked([safe.nodes[0], safe.nodes[1], everysec]);
+      await everysec.pause();
+      try {
+        const start = performance.now();
+        const risks = await collectRisks(engine.nodes, [true, true, true], engine.options, 300);
+        expect(performance.now() - start).toBeLessThan(2000);
+        expect(risks).toEqual([
+          `could not check the set-up of node ${label(everysec)} (no answer within 300 ms); allow INFO and CONFIG GET to its user.`,
+        ]);
+      } finally {
+        await everysec.resume();
+      }
+    });
   });
 });
 
