@@ -1,8 +1,10 @@
 /**
  * The package's layers, as rules that `npm run lint:deps` (and CI) checks:
  * the engine stands alone and could be published without Nest; the command
- * line tool and the fenced-write helpers build on the engine only; nothing
- * imports in a circle.
+ * line tool and the fenced-write helpers build on the engine only; the Nest
+ * layer and the entry points on top of it reach the engine, and those entry
+ * points the Nest layer, through their barrels only; nothing imports in a
+ * circle.
  */
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
@@ -43,6 +45,22 @@ module.exports = {
           '(^|/)node_modules/@nestjs/',
         ],
       },
+    },
+    {
+      name: 'engine-through-its-barrels',
+      comment:
+        'The Nest layer and the entry points built on it import the engine through lib/engine/index.ts (its public names) or lib/engine/internal.ts (what the package shares besides), never one of its files: the engine moves code between its files freely.',
+      severity: 'error',
+      from: { path: ['^lib/(nest|health|telemetry|testing)/', '^lib/index\\.ts$'] },
+      to: { path: '^lib/engine/', pathNot: '^lib/engine/(index|internal)\\.ts$' },
+    },
+    {
+      name: 'nest-through-its-barrels',
+      comment:
+        'The entry points built on the Nest layer import it through lib/nest/index.ts (its public names) or lib/nest/internal.ts (what they share besides), never one of its files.',
+      severity: 'error',
+      from: { path: ['^lib/(health|telemetry|testing)/', '^lib/index\\.ts$'] },
+      to: { path: '^lib/nest/', pathNot: '^lib/nest/(index|internal)\\.ts$' },
     },
     {
       name: 'no-circular',

@@ -2,7 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
 import { LockOptionsError, type LockEngine } from '../engine/index.js';
-import { LockService } from '../nest/lock.service.js';
+import { LockService } from '../nest/index.js';
 
 /** One node in a health result. */
 export interface RedisLockNodeStatus {

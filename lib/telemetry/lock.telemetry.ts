@@ -19,7 +19,7 @@ import {
   type NodeResults,
 } from '../engine/index.js';
 // The `skipped` event of scheduled @Locked() jobs, which the Nest layer adds to the engine's events.
-import type {} from '../nest/scheduled-jobs.js';
+import type {} from '../nest/index.js';
 
 /** The instrumentation scope name of the spans and metrics. */
 export const LOCK_INSTRUMENTATION_SCOPE = 'nestjs-redis-lock';

@@ -1,38 +1,37 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import { Lock, type LockOwner, type ReleaseResult } from '../engine/lock.js';
-import type { LockEvents, NodeResults } from '../engine/lock-events.js';
 import {
+  checkMs,
+  judgeInspection,
+  Lock,
   LockAbortedError,
   LockBusyError,
-  type LockError,
   LockLostError,
   LockOptionsError,
   LockTimeoutError,
   LockUnavailableError,
-  type NodeFailure,
-} from '../engine/lock-errors.js';
-import {
-  judgeInspection,
-  type LockHealth,
-  type LockInspection,
-  type NodeLockState,
-} from '../engine/lock-admin.js';
-import { normalizeResources } from '../engine/lock-engine.js';
-import {
-  checkMs,
+  normalizeResources,
   resolveEngineOptions,
   resolveRetry,
+  retryDelay,
   type AcquireOptions,
   type LockEngineOptions,
+  type LockError,
+  type LockEvents,
+  type LockHealth,
+  type LockInspection,
   type LockNodeSpec,
+  type LockOwner,
+  type NodeFailure,
+  type NodeLockState,
+  type NodeResults,
+  type ReleaseResult,
   type ResolvedEngineOptions,
   type ResolvedRetry,
   type RetryOptions,
   type UsingOptions,
-} from '../engine/lock-options.js';
-import { retryDelay } from '../engine/retry-delay.js';
-import { markLockFailure } from '../nest/lock-failures.js';
+} from '../engine/internal.js';
+import { markLockFailure } from '../nest/internal.js';
 
 /**
  * Options of {@link InMemoryLockEngine}: those of `LockEngine`, with `nodes`

@@ -1,17 +1,19 @@
 import { Logger, Module, type DynamicModule, type OnApplicationShutdown } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
 import type { LockLogger } from '../engine/index.js';
-import { checkLogging, logLockEvents, type LockLogging } from '../nest/lock-events.logger.js';
-import { LockContext } from '../nest/lock-context.js';
-import { LockService } from '../nest/lock.service.js';
-import { checkLockedOptions } from '../nest/locked-options.js';
-import { LeaderService } from '../nest/leader.service.js';
-import { LOCKING_PROVIDERS } from '../nest/redis-lock.module.js';
-import { REDIS_LOCK_MODULE_OPTIONS } from '../nest/redis-lock.module-definition.js';
-import type {
-  LockedDefaults,
-  RedisLockModuleOptions,
-} from '../nest/redis-lock-module-options.interface.js';
+import {
+  checkLockedOptions,
+  checkLogging,
+  LeaderService,
+  LockContext,
+  LOCKING_PROVIDERS,
+  logLockEvents,
+  LockService,
+  REDIS_LOCK_MODULE_OPTIONS,
+  type LockedDefaults,
+  type LockLogging,
+  type RedisLockModuleOptions,
+} from '../nest/internal.js';
 import { InMemoryLockEngine, type InMemoryLockEngineOptions } from './in-memory-lock-engine.js';
 
 /**

@@ -132,7 +132,7 @@ describe('durations beyond Node timers', () => {
 
 // normalizeResources() in lib/engine/lock-engine.ts checks type and length only. ioredis
 // writes strings as UTF-8, where every lone surrogate becomes U+FFFD: distinct names, one key.
-// (lib/nest/lock-key.ts refuses lone surrogates in template values for the same reason.)
+// (lib/nest/locked/lock-key.ts refuses lone surrogates in template values for the same reason.)
 describe('resource names', () => {
   it('never makes two distinct resource names contend: names with lone surrogates are refused or kept apart', async () => {
     const engine = await connected();
@@ -213,8 +213,8 @@ describe('per-call options', () => {
   });
 });
 
-// lib/nest/redis-lock.module.ts connects LockService in its factory; LockedMethodsExplorer
-// (lib/nest/locked-methods.explorer.ts) checks `locked` only afterwards, in its constructor.
+// lib/nest/module/redis-lock.module.ts connects LockService in its factory; LockedMethodsExplorer
+// (lib/nest/locked/locked-methods.explorer.ts) checks `locked` only afterwards, in its constructor.
 // Nest runs no shutdown hook for an application that failed to start, so the connections
 // stay open and keep the process alive (Jest never exits).
 describe('RedisLockModule start-up', () => {

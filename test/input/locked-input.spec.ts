@@ -27,7 +27,7 @@ import {
   type LockedOptions,
   type LockKey,
 } from '../../lib/index.js';
-import { compileLockKey, MAX_KEY_VALUE_LENGTH } from '../../lib/nest/lock-key.js';
+import { compileLockKey, MAX_KEY_VALUE_LENGTH } from '../../lib/nest/locked/lock-key.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import { anyValue, badMs, badRetry, notABoolean, notANumber, validRetry } from './arbitraries.js';

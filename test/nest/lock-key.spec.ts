@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import fc from 'fast-check';
-import { compileLockKey, MAX_KEY_VALUE_LENGTH } from '../../lib/nest/lock-key.js';
+import { compileLockKey, MAX_KEY_VALUE_LENGTH } from '../../lib/nest/locked/lock-key.js';
 import { LockKeyError, MAX_RESOURCE_LENGTH } from '../../lib/index.js';
 
 const WHERE = 'OrdersService.pay';

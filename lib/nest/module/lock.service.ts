@@ -1,14 +1,14 @@
 import { Logger, type BeforeApplicationShutdown, type OnApplicationShutdown } from '@nestjs/common';
 import {
   LockEngine,
+  rejectUnknownOptions,
   type LockEngineOptions,
   type LockError,
   type NodeResults,
-} from '../engine/index.js';
-import { rejectUnknownOptions } from '../engine/lock-options.js';
+} from '../../engine/internal.js';
 import { checkLogging, logLockEvents } from './lock-events.logger.js';
-import { markLockFailure } from './lock-failures.js';
-import type { RedisLockModuleOptions } from './redis-lock-module-options.interface.js';
+import { markLockFailure } from '../context/lock-failures.js';
+import type { RedisLockModuleOptions } from './redis-lock.options.js';
 
 /**
  * The options RedisLockModule reads itself, besides the engine's: each of the

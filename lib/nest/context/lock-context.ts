@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { AsyncLocalStorage } from 'node:async_hooks';
-import type { Lock, LockEngine } from '../engine/index.js';
+import type { Lock, LockEngine } from '../../engine/index.js';
 
 /**
  * The locks taken while handling one request (HTTP request, RPC message or

@@ -11,7 +11,7 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { Observable } from 'rxjs';
-import { LockError } from '../engine/index.js';
+import { LockError } from '../../engine/index.js';
 import {
   GRAPHQL_CONTEXT_ARG,
   isServerSideLockFailure,
@@ -25,7 +25,7 @@ import {
   type LockFrame,
 } from './lock-context.js';
 import { isLockFailure, lockFailureBody, retryAfterSeconds, wasLogged } from './lock-failures.js';
-import { LockKeyError } from './locked-errors.js';
+import { LockKeyError } from '../locked/locked.errors.js';
 
 const handle = (next: CallHandler): Observable<unknown> => next.handle();
 

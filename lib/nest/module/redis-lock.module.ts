@@ -1,36 +1,15 @@
-import { Module, type Provider } from '@nestjs/common';
-import { APP_INTERCEPTOR, DiscoveryModule, HttpAdapterHost } from '@nestjs/core';
-import { LockContext } from './lock-context.js';
-import { LockContextInterceptor } from './lock-context.interceptor.js';
-import { LeaderService } from './leader.service.js';
+import { Module } from '@nestjs/common';
+import { DiscoveryModule } from '@nestjs/core';
+import { LockContext } from '../context/lock-context.js';
+import { LeaderService } from '../leaders/leader.service.js';
+import { checkLockedOptions } from '../locked/locked.options.js';
 import { LockService } from './lock.service.js';
-import { LockedMethodsExplorer } from './locked-methods.explorer.js';
-import { checkLockedOptions } from './locked-options.js';
+import { LOCKING_PROVIDERS } from './locking.providers.js';
 import {
   ConfigurableModuleClass,
   REDIS_LOCK_MODULE_OPTIONS,
 } from './redis-lock.module-definition.js';
-import type { RedisLockModuleOptions } from './redis-lock-module-options.interface.js';
-
-/**
- * @internal What every module that provides LockService also registers: the
- * lock context, the set-up of `@Locked()` methods and the interceptor. Shared
- * with the testing module, so that a test runs the same Nest layer.
- */
-export const LOCKING_PROVIDERS: Provider[] = [
-  LockContext,
-  LeaderService,
-  LockedMethodsExplorer,
-  {
-    provide: APP_INTERCEPTOR,
-    inject: [REDIS_LOCK_MODULE_OPTIONS, HttpAdapterHost],
-    // With `contextInterceptor: false`, no interceptor at all: Nest skips a global
-    // interceptor that a factory resolves to null, and a handler without
-    // interceptors runs without Nest's per-request Observable pipeline.
-    useFactory: (options: RedisLockModuleOptions, adapterHost: HttpAdapterHost) =>
-      options.contextInterceptor === false ? null : new LockContextInterceptor(adapterHost),
-  },
-];
+import type { RedisLockModuleOptions } from './redis-lock.options.js';
 
 /**
  * Registers the Redis nodes, {@link LockService}, {@link LockContext}, the

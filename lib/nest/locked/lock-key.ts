@@ -1,5 +1,5 @@
-import { MAX_RESOURCE_LENGTH, resourceProblem } from '../engine/internal.js';
-import { LockKeyError } from './locked-errors.js';
+import { MAX_RESOURCE_LENGTH, resourceProblem } from '../../engine/internal.js';
+import { LockKeyError } from './locked.errors.js';
 
 /** Builds the resource name(s) from the method's arguments (as the method receives them). */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- any method's arguments

@@ -1,4 +1,4 @@
-import { LockError, LockOptionsError } from '../engine/index.js';
+import { LockError, LockOptionsError } from '../../engine/index.js';
 
 /** A key template or its value cannot make a resource name; the message says which and why. */
 export class LockKeyError extends LockOptionsError {

@@ -1,12 +1,5 @@
-import type { Lock } from '../engine/index.js';
-
-/** @internal Which parameters of a method `@Locked()` fills in once the lock is held. */
-export const LOCK_PARAMS_METADATA = 'redis-lock:params';
-
-export interface LockParam {
-  readonly index: number;
-  readonly pick: (lock: Lock) => unknown;
-}
+import type { Lock } from '../../engine/index.js';
+import { LOCK_PARAMS_METADATA, type LockParam } from './locked.metadata.js';
 
 function lockParam(pick: (lock: Lock) => unknown): ParameterDecorator {
   return (target, propertyKey, index) => {

@@ -1,5 +1,5 @@
 import { ConfigurableModuleBuilder } from '@nestjs/common';
-import type { RedisLockModuleOptions } from './redis-lock-module-options.interface.js';
+import type { RedisLockModuleOptions } from './redis-lock.options.js';
 
 export const {
   ConfigurableModuleClass,

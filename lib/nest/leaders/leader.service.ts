@@ -1,6 +1,6 @@
 import { Inject, Injectable, type BeforeApplicationShutdown } from '@nestjs/common';
-import { LeaderElection, type LeaderElectionOptions } from '../engine/leader-election.js';
-import { LockService } from './lock.service.js';
+import { LeaderElection, type LeaderElectionOptions } from '../../engine/index.js';
+import { LockService } from '../module/lock.service.js';
 
 /**
  * Leader elections for a Nest application: one leader among the instances

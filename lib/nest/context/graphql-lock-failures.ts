@@ -1,6 +1,11 @@
-import { LockAbortedError, LockBusyError, LockLostError, type LockError } from '../engine/index.js';
+import {
+  LockAbortedError,
+  LockBusyError,
+  LockLostError,
+  type LockError,
+} from '../../engine/index.js';
 import { lockFailureBody, retryAfterSeconds } from './lock-failures.js';
-import { LockKeyError } from './locked-errors.js';
+import { LockKeyError } from '../locked/locked.errors.js';
 
 /**
  * Where a GraphQL resolver's ExecutionContext keeps the operation's context

@@ -7,11 +7,11 @@ import {
 } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper.js';
-import { LockService } from './lock.service.js';
-import { LOCKED_METADATA, LOCKED_RUNTIME, type LockedRuntime } from './locked.decorator.js';
-import { checkLockedOptions } from './locked-options.js';
-import { REDIS_LOCK_MODULE_OPTIONS } from './redis-lock.module-definition.js';
-import type { RedisLockModuleOptions } from './redis-lock-module-options.interface.js';
+import { LockService } from '../module/lock.service.js';
+import { REDIS_LOCK_MODULE_OPTIONS } from '../module/redis-lock.module-definition.js';
+import type { RedisLockModuleOptions } from '../module/redis-lock.options.js';
+import { LOCKED_METADATA, LOCKED_RUNTIME, type LockedRuntime } from './locked.metadata.js';
+import { checkLockedOptions } from './locked.options.js';
 
 /**
  * The applications whose set-up a shared prototype carries, latest last: when

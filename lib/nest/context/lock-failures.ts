@@ -3,8 +3,8 @@ import {
   LockTimeoutError,
   LockUnavailableError,
   type LockError,
-} from '../engine/index.js';
-import { LockKeyError } from './locked-errors.js';
+} from '../../engine/index.js';
+import { LockKeyError } from '../locked/locked.errors.js';
 
 /**
  * Errors raised while taking a lock through the Nest layer (LockService or

@@ -8,9 +8,9 @@ import {
   type Lock,
   type LockEngine,
   type LockLogger,
-} from '../engine/index.js';
-import { markLogged } from './lock-failures.js';
-import type {} from './scheduled-jobs.js';
+} from '../../engine/index.js';
+import { markLogged } from '../context/lock-failures.js';
+import type {} from '../scheduling/skipped-run.event.js';
 
 /**
  * What the module logs about locks as they are used (start-up checks and

@@ -1,0 +1,88 @@
+import { from, isObservable, Observable, type Subscription } from 'rxjs';
+import { LockBusyError, type Lock } from '../../engine/index.js';
+import { lockStorage } from '../context/lock-context.js';
+import { markLockFailure } from '../context/lock-failures.js';
+import type { LockedMethod, LockedRuntime } from './locked.metadata.js';
+import { optionsOf } from './locked.options.js';
+import { enter, plan, type Plan } from './locked.runner.js';
+
+/**
+ * An Observable that takes the lock when subscribed, runs the method and
+ * mirrors its stream, and releases when the stream completes, errors or the
+ * subscriber unsubscribes. Completion and errors reach the subscriber after
+ * the release.
+ */
+export function lockedStream(
+  method: LockedMethod,
+  runtime: LockedRuntime,
+  self: object,
+  args: unknown[],
+): Observable<unknown> {
+  return new Observable((subscriber) => {
+    const { engine } = runtime;
+    let p: Plan;
+    try {
+      p = plan(method, engine, args);
+    } catch (error) {
+      subscriber.error(error);
+      return;
+    }
+    let inner: Subscription | undefined;
+    let stop: (() => void) | undefined;
+    let closed = false;
+    // A subscriber that leaves while the lock is still awaited stops the wait too,
+    // instead of leaving it to run on and briefly take a lock nobody wants.
+    const abandoned = new AbortController();
+    let failure: { error: unknown } | undefined;
+    const run = (lock: Lock) =>
+      new Promise<void>((resolve) => {
+        stop = resolve;
+        if (closed) return resolve();
+        lockStorage.run(enter(method, p, engine, lock, args), () => {
+          try {
+            inner = toObservable(method.original.apply(self, args)).subscribe({
+              next: (value) => subscriber.next(value),
+              error: (error: unknown) => {
+                failure = { error };
+                resolve();
+              },
+              complete: resolve,
+            });
+          } catch (error) {
+            failure = { error };
+            resolve();
+          }
+        });
+      });
+    const held = p.reused
+      ? run(p.reused)
+      : engine.using(p.missing, run, { ...optionsOf(method, runtime), signal: abandoned.signal });
+    held.then(
+      () => {
+        if (closed) return;
+        if (failure) subscriber.error(failure.error);
+        else subscriber.complete();
+      },
+      (error: unknown) => {
+        if (closed) return;
+        if (!(method.options.onBusy && error instanceof LockBusyError))
+          return subscriber.error(markLockFailure(error));
+        try {
+          inner = toObservable(method.options.onBusy(error, args)).subscribe(subscriber);
+        } catch (fallbackError) {
+          subscriber.error(fallbackError);
+        }
+      },
+    );
+    return () => {
+      closed = true;
+      inner?.unsubscribe();
+      stop?.();
+      abandoned.abort();
+    };
+  });
+}
+
+function toObservable(value: unknown): Observable<unknown> {
+  return isObservable(value) ? value : from(Promise.resolve(value));
+}

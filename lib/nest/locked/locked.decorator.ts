@@ -1,0 +1,119 @@
+import { Observable } from 'rxjs';
+import { LockSetupError } from './locked.errors.js';
+import { compileLockKey, type LockKey } from './lock-key.js';
+import { lockedCall } from './locked-call.runner.js';
+import { lockedStream } from './locked-stream.runner.js';
+import { lockedSubscription } from './locked-subscription.runner.js';
+import {
+  LOCK_PARAMS_METADATA,
+  LOCKED_METADATA,
+  LOCKED_RUNTIME,
+  type LockedMethod,
+  type LockedRuntime,
+} from './locked.metadata.js';
+import { checkLockedOptions, type LockedOptions } from './locked.options.js';
+import { readSchedule } from '../scheduling/job-schedule.js';
+
+/**
+ * Runs the method under a distributed lock on the resource(s) named by `key`,
+ * built from the arguments the method actually receives (after Nest's pipes).
+ * The lease is extended while the method runs and released when it returns,
+ * throws, or (for a method declared to return an Observable) when the stream
+ * completes, errors or is unsubscribed. The locked method returns a Promise
+ * (or that Observable). A GraphQL `@Subscription()` resolver holds its lock
+ * while the subscription lasts: until the async iterator it returns is done,
+ * throws, or is ended by `return()` when the client unsubscribes.
+ *
+ * Works on controller handlers and on provider methods; the instance must
+ * come from an application that imports RedisLockModule, otherwise the call
+ * throws LockSetupError instead of running unlocked.
+ *
+ * @example
+ * @Post(':id/purchase')
+ * @Locked('product:<0>')
+ * purchase(@Param('id', ParseIntPipe) id: number, @FencingToken() token: number) { ... }
+ *
+ * @Locked(['stock:<0.sku>', 'cart:<1>'], { wait: false })
+ * reserve(item: Item, cartId: string) { ... }
+ */
+export function Locked(key: LockKey, options?: LockedOptions): MethodDecorator {
+  return (target, propertyKey, descriptor) => {
+    const className = typeof target === 'function' ? target.name : target.constructor.name;
+    const where = `${className}.${String(propertyKey)}`;
+    const original = descriptor.value as unknown;
+    if (typeof original !== 'function')
+      throw new TypeError(`@Locked() on ${where}: it goes on methods only.`);
+    if (typeof target === 'function') {
+      throw new TypeError(
+        `@Locked() on ${where}: static methods cannot be locked; lock an instance method of a provider.`,
+      );
+    }
+    const paramTypes = Reflect.getMetadata('design:paramtypes', target, propertyKey) as
+      unknown[] | undefined;
+    const method: LockedMethod = {
+      where,
+      key: compileLockKey(key, where, paramTypes?.length),
+      options: checkLockedOptions(`@Locked() on ${where}`, options),
+      params: Reflect.getMetadata(LOCK_PARAMS_METADATA, target, propertyKey) ?? [],
+      original: original as LockedMethod['original'],
+    };
+    for (const param of method.params) {
+      if (param.index <= method.key.maxIndex && usesArgument(key, param.index)) {
+        throw new TypeError(
+          `@Locked() on ${where}: <${param.index}> is a lock parameter, filled in after locking; it cannot be part of the key.`,
+        );
+      }
+    }
+    const returnType = Reflect.getMetadata('design:returntype', target, propertyKey) as unknown;
+    const streams =
+      returnType === Observable ||
+      (typeof returnType === 'function' && returnType.prototype instanceof Observable);
+    if (streams && method.options.holdAtLeast !== undefined) {
+      throw new TypeError(
+        `@Locked() on ${where}: holdAtLeast applies to methods that return a value or a Promise, and this one ` +
+          'returns an Observable. Return a Promise (e.g. lastValueFrom(stream)), or drop holdAtLeast.',
+      );
+    }
+
+    const wrapper = {
+      [method.original.name](
+        this: { [LOCKED_RUNTIME]?: LockedRuntime } | undefined,
+        ...args: unknown[]
+      ): unknown {
+        const runtime = this?.[LOCKED_RUNTIME];
+        if (!runtime) {
+          const error = new LockSetupError(where);
+          return streams
+            ? new Observable((subscriber) => subscriber.error(error))
+            : Promise.reject(error);
+        }
+        method.schedule ??= readSchedule(wrapper, where) ?? null;
+        if (streams) return lockedStream(method, runtime, this, args);
+        method.subscription ??= isSubscription(wrapper);
+        return method.subscription
+          ? lockedSubscription(method, runtime, this, args)
+          : lockedCall(method, runtime, this, args);
+      },
+    }[method.original.name];
+
+    for (const metadataKey of Reflect.getOwnMetadataKeys(original)) {
+      Reflect.defineMetadata(metadataKey, Reflect.getOwnMetadata(metadataKey, original), wrapper);
+    }
+    Reflect.defineMetadata(LOCKED_METADATA, where, wrapper);
+    Object.defineProperty(wrapper, 'length', { value: method.original.length });
+    descriptor.value = wrapper as never;
+    return descriptor;
+  };
+}
+
+/** What `@Subscription()` of @nestjs/graphql marks its methods with (read without loading it). */
+const GRAPHQL_RESOLVER_TYPE = 'graphql:resolver_type';
+
+function isSubscription(method: object): boolean {
+  return Reflect.getMetadata(GRAPHQL_RESOLVER_TYPE, method) === 'Subscription';
+}
+
+function usesArgument(key: LockKey, index: number): boolean {
+  const templates = typeof key === 'string' ? [key] : typeof key === 'function' ? [] : key;
+  return templates.some((t) => new RegExp(`<${index}[.>]`).test(t));
+}
