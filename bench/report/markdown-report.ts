@@ -1,3 +1,4 @@
+import { markdownTable } from '../../dev/text.js';
 import type { ReportTable, Scenario, ScenarioResult } from '../scenarios/scenario.js';
 import { describeCpu, type CpuShares } from '../support/cpu-account.js';
 
@@ -18,16 +19,6 @@ export interface RunSummary {
   readonly scenarios: readonly ScenarioRun[];
   /** The targets table (Markdown), shown first. */
   readonly targets?: string;
-}
-
-function escapeCell(text: string): string {
-  return text.replace(/\|/g, '\\|');
-}
-
-export function markdownTable(table: Pick<ReportTable, 'headers' | 'align' | 'rows'>): string {
-  const line = (cells: readonly string[]) => `| ${cells.map(escapeCell).join(' | ')} |`;
-  const rule = `|${table.align.map((a) => (a === 'r' ? '---:' : ':---')).join('|')}|`;
-  return [line(table.headers), rule, ...table.rows.map(line)].join('\n');
 }
 
 function section(table: ReportTable): string {

@@ -3,8 +3,8 @@
  * scenario leaves its headline figures in `context.shared` under
  * {@link HEADLINES}; run.ts renders the table at the top of latest.md.
  */
-import { formatMs, formatRate } from '../support/format.js';
-import { markdownTable } from './markdown-report.js';
+import { formatMs, markdownTable } from '../../dev/text.js';
+import { formatRate } from '../support/format.js';
 
 export const HEADLINES = 'headlines';
 

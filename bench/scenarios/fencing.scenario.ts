@@ -1,6 +1,7 @@
 import { OURS, OURS_NO_FENCING } from '../contenders/index.js';
 import type { BenchContext } from '../support/bench-context.js';
-import { formatMs, formatRate, formatRatio, pairedRatio } from '../support/format.js';
+import { formatMs } from '../../dev/text.js';
+import { formatRate, formatRatio, pairedRatio } from '../support/format.js';
 import { HEADLINES, type Headlines } from '../report/targets.js';
 import type { ReportTable, Scenario, ScenarioResult } from './scenario.js';
 import {

@@ -8,7 +8,8 @@ import {
 } from '../contenders/index.js';
 import { HEADLINES, type Headlines, type HandoffFigures } from '../report/targets.js';
 import type { BenchContext } from '../support/bench-context.js';
-import { formatMs, formatRate, formatRatio } from '../support/format.js';
+import { formatMs } from '../../dev/text.js';
+import { formatRate, formatRatio } from '../support/format.js';
 import { handoffLoad, type HandoffResult } from '../support/lock-load.js';
 import type { ReportTable, Scenario, ScenarioResult } from './scenario.js';
 import { uniqueSettings } from './uncontended.scenario.js';

@@ -7,7 +7,8 @@ import {
   type ContenderSession,
 } from '../contenders/index.js';
 import { forceGc, type BenchContext } from '../support/bench-context.js';
-import { formatBytes, formatCount, formatRatio } from '../support/format.js';
+import { formatCount } from '../../dev/text.js';
+import { formatBytes, formatRatio } from '../support/format.js';
 import { countedLoad } from '../support/lock-load.js';
 import { HEADLINES, type Headlines } from '../report/targets.js';
 import type { ReportTable, Scenario, ScenarioResult } from './scenario.js';

@@ -1,6 +1,5 @@
+import type { Align } from '../../dev/text.js';
 import type { BenchContext } from '../support/bench-context.js';
-
-export type Align = 'l' | 'r';
 
 /** One Markdown table with the notes printed under it. */
 export interface ReportTable {

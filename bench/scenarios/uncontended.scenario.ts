@@ -9,7 +9,8 @@ import {
 } from '../contenders/index.js';
 import { HEADLINES, type Best, type Headlines } from '../report/targets.js';
 import type { BenchContext } from '../support/bench-context.js';
-import { formatMs, formatRate, formatRatio } from '../support/format.js';
+import { formatMs } from '../../dev/text.js';
+import { formatRate, formatRatio } from '../support/format.js';
 import { LatencyRecorder, type LatencySummary } from '../support/latency.js';
 import { uncontendedLoad } from '../support/lock-load.js';
 import type { ReportTable, Scenario, ScenarioResult } from './scenario.js';

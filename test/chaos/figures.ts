@@ -15,6 +15,7 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { formatCount, markdownTable } from '../../dev/text.js';
 import type { CheckResult } from './checker.js';
 import type { WallClockStep } from './history.js';
 
@@ -61,22 +62,9 @@ export function figureRow(
   };
 }
 
-const count = (n: number) => n.toLocaleString('en-US');
-
-/** A Markdown table: text columns left-aligned, figures right-aligned. */
-function table(header: readonly string[], rows: readonly string[][], textColumns: number): string {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  const line = (cells: readonly string[]) =>
-    `| ${cells.map((c, i) => (i < textColumns ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join(' | ')} |`;
-  const rule = widths
-    .map((w, i) => (i < textColumns ? `:${'-'.repeat(w + 1)}` : `${'-'.repeat(w + 1)}:`))
-    .join('|');
-  return [line(header), `|${rule}|`, ...rows.map(line)].join('\n');
-}
-
 function runTable(rows: readonly FigureRow[]): string {
-  return table(
-    [
+  return markdownTable({
+    headers: [
       'run',
       'build',
       'ops',
@@ -89,21 +77,21 @@ function runTable(rows: readonly FigureRow[]): string {
       'wall steps',
       's',
     ],
-    rows.map((f) => [
+    rows: rows.map((f) => [
       f.run,
       f.build,
-      count(f.operations),
-      count(f.grants),
-      count(f.faults),
-      count(f.refusedWrites),
-      count(f.lostControlUpdates),
-      count(f.violations),
-      count(f.expected),
+      formatCount(f.operations),
+      formatCount(f.grants),
+      formatCount(f.faults),
+      formatCount(f.refusedWrites),
+      formatCount(f.lostControlUpdates),
+      formatCount(f.violations),
+      formatCount(f.expected),
       steps(f.wallClockSteps),
       f.seconds.toFixed(1),
     ]),
-    2,
-  );
+    align: ['l', 'l'],
+  });
 }
 
 /** The host's wall-clock steps, e.g. `none` or `+35, -12 ms`. */
@@ -116,20 +104,20 @@ function buildTable(rows: readonly FigureRow[]): string {
   for (const row of rows) builds.set(row.build, [...(builds.get(row.build) ?? []), row]);
   const sum = (list: readonly FigureRow[], pick: (r: FigureRow) => number) =>
     list.reduce((total, r) => total + pick(r), 0);
-  return table(
-    ['build', 'runs', 'operations', 'faults', 'violations', 'expected', 'wall steps', 's'],
-    [...builds].map(([build, list]) => [
+  return markdownTable({
+    headers: ['build', 'runs', 'operations', 'faults', 'violations', 'expected', 'wall steps', 's'],
+    rows: [...builds].map(([build, list]) => [
       build,
-      count(list.length),
-      count(sum(list, (r) => r.operations)),
-      count(sum(list, (r) => r.faults)),
-      count(sum(list, (r) => r.violations)),
-      count(sum(list, (r) => r.expected)),
-      count(sum(list, (r) => r.wallClockSteps.length)),
+      formatCount(list.length),
+      formatCount(sum(list, (r) => r.operations)),
+      formatCount(sum(list, (r) => r.faults)),
+      formatCount(sum(list, (r) => r.violations)),
+      formatCount(sum(list, (r) => r.expected)),
+      formatCount(sum(list, (r) => r.wallClockSteps.length)),
       sum(list, (r) => r.seconds).toFixed(1),
     ]),
-    1,
-  );
+    align: ['l'],
+  });
 }
 
 /** The Jest process this file runs for: the parent of a worker, or this process when in band. */
@@ -168,8 +156,8 @@ export function reportFigures(file: SpecFile, title: string, rows: readonly Figu
     const sum = (pick: (r: FigureRow) => number) => all.reduce((total, r) => total + pick(r), 0);
     out.push(
       '',
-      `chaos suite, both spec files: ${count(all.length)} runs, ${count(sum((r) => r.operations))} ` +
-        `operations, ${count(sum((r) => r.faults))} faults injected, ${sum((r) => r.seconds).toFixed(1)} s of runs`,
+      `chaos suite, both spec files: ${formatCount(all.length)} runs, ${formatCount(sum((r) => r.operations))} ` +
+        `operations, ${formatCount(sum((r) => r.faults))} faults injected, ${sum((r) => r.seconds).toFixed(1)} s of runs`,
       buildTable(all),
     );
     rmSync(dir, { recursive: true, force: true });

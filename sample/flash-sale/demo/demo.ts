@@ -5,7 +5,8 @@ import { findRedisServer, startRedisNodes } from '../../../dev/redis/redis-nodes
 import { FlashSaleStore } from '../store/flash-sale.store.js';
 import { startFleet, stopFleet, type AppInstance } from './fleet.js';
 import { runLoad, type LoadResult } from './load.js';
-import { bar, count, ms, table, type Output } from './output.js';
+import { formatCount, textTable } from '../../../dev/text.js';
+import { bar, ms, type Output } from './output.js';
 import type { ProcessRegistry } from './processes.js';
 import {
   runZombie,
@@ -110,7 +111,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
 
   out.line(
     out.bold(
-      `Flash sale: ${count(options.stock)} × ${PRODUCT.name}, ${count(options.requests)} buyers, ` +
+      `Flash sale: ${formatCount(options.stock)} × ${PRODUCT.name}, ${formatCount(options.requests)} buyers, ` +
         `${options.instances} app instances, ${options.redisNodes} Redis nodes`,
     ),
   );
@@ -244,7 +245,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       {
         name:
           unlocked.oversold > 0
-            ? `without the lock: ${count(unlocked.oversold)} oversold, the race the lock prevents`
+            ? `without the lock: ${formatCount(unlocked.oversold)} oversold, the race the lock prevents`
             : 'without the lock the race was not provoked this time (0 oversold); try more --concurrency',
         ok: unlocked.oversold > 0,
         required: false,
@@ -286,7 +287,7 @@ async function flashSale(
     concurrency: options.concurrency,
     onProgress: (c) =>
       out.progress(
-        `  ${bar(c.done, options.requests)} ${count(c.done)}/${count(options.requests)}  ` +
+        `  ${bar(c.done, options.requests)} ${formatCount(c.done)}/${formatCount(options.requests)}  ` +
           `sold ${c.sold}  busy ${c.busy}  sold out ${c.soldOut}  errors ${c.errors}`,
       ),
   });
@@ -295,8 +296,8 @@ async function flashSale(
     '  ' +
       (load.errors === 0 ? out.ok : out.fail).call(
         out,
-        `${count(load.requests)} purchases in ${ms(load.durationMs)}: ${count(load.sold)} sold, ` +
-          `${count(load.busy)} busy, ${count(load.soldOut)} sold out, ${count(load.errors)} errors`,
+        `${formatCount(load.requests)} purchases in ${ms(load.durationMs)}: ${formatCount(load.sold)} sold, ` +
+          `${formatCount(load.busy)} busy, ${formatCount(load.soldOut)} sold out, ${formatCount(load.errors)} errors`,
       ),
   );
   for (const sample of load.errorSamples) out.line(`    ${out.dim(sample)}`);
@@ -323,16 +324,16 @@ function printResults(out: Output, unlocked: RunSummary, locked: RunSummary): vo
     pick(unlocked),
     pick(locked),
   ];
-  const lines = table([
+  const lines = textTable([
     ['', 'without lock', 'with lock'],
-    row('requests', (r) => count(r.requests)),
-    row('sold', (r) => count(r.sold)),
-    row('stock left', (r) => count(r.stockLeft)),
-    row('oversold', (r) => count(r.oversold)),
-    row('answered 409 (busy)', (r) => count(r.busy)),
-    row('answered 410 (sold out)', (r) => count(r.soldOut)),
-    row('fencing rejections', (r) => count(r.fencingRejections)),
-    row('errors', (r) => count(r.errors)),
+    row('requests', (r) => formatCount(r.requests)),
+    row('sold', (r) => formatCount(r.sold)),
+    row('stock left', (r) => formatCount(r.stockLeft)),
+    row('oversold', (r) => formatCount(r.oversold)),
+    row('answered 409 (busy)', (r) => formatCount(r.busy)),
+    row('answered 410 (sold out)', (r) => formatCount(r.soldOut)),
+    row('fencing rejections', (r) => formatCount(r.fencingRejections)),
+    row('errors', (r) => formatCount(r.errors)),
     row('latency p50', (r) => ms(r.latencyMs.p50)),
     row('latency p95', (r) => ms(r.latencyMs.p95)),
     row('latency p99', (r) => ms(r.latencyMs.p99)),
@@ -356,7 +357,7 @@ function printZombies(out: Output, zombies: readonly ZombieResult[]): void {
       'reads the same stock and starts charging; it is held there. The first thaws (SIGCONT) and writes, then the second.',
     );
   }
-  const lines = table([
+  const lines = textTable([
     ['stock write', 'tokens', 'zombie answers', 'sold', 'stock left', 'refused', 'lost updates'],
     ...zombies.map((z) => [
       z.variant === 'claimed'
@@ -368,10 +369,10 @@ function printZombies(out: Output, zombies: readonly ZombieResult[]): void {
         ? `${z.zombieToken} → ${z.takeoverToken}`
         : '?',
       describeReply(z.zombieAnswer),
-      count(z.sold ?? 0),
-      count(z.stockAfter ?? 0),
-      count(z.refusedWrites ?? 0),
-      count(z.lostUpdates ?? 0),
+      formatCount(z.sold ?? 0),
+      formatCount(z.stockAfter ?? 0),
+      formatCount(z.refusedWrites ?? 0),
+      formatCount(z.lostUpdates ?? 0),
     ]),
   ]);
   out.line(`  ${out.bold(lines[0]!)}`);

@@ -1,3 +1,5 @@
+import { formatMs } from '../../../dev/text.js';
+
 /**
  * What the demo prints, TTY-aware: a live progress line redrawn in place
  * when the stream is a terminal, plain lines otherwise; colours only on a
@@ -74,23 +76,7 @@ export function bar(done: number, total: number, width = 24): string {
   return `[${'█'.repeat(filled)}${'░'.repeat(width - filled)}]`;
 }
 
-export function count(value: number): string {
-  return value.toLocaleString('en-US');
-}
-
+/** Durations as the demo prints them: whole ms, and seconds from one second on. */
 export function ms(value: number): string {
-  return value >= 1000 ? `${(value / 1000).toFixed(1)} s` : `${Math.round(value)} ms`;
-}
-
-/** A table with the first column left-aligned and the others right-aligned. */
-export function table(rows: readonly (readonly string[])[], indent = '  '): string[] {
-  const widths = rows[0].map((_, c) => Math.max(...rows.map((row) => row[c].length)));
-  return rows.map(
-    (row) =>
-      indent +
-      row
-        .map((cell, c) => (c === 0 ? cell.padEnd(widths[c]) : cell.padStart(widths[c])))
-        .join('   ')
-        .trimEnd(),
-  );
+  return formatMs(value, { secondsFrom: 1000, fractions: false });
 }
