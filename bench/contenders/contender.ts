@@ -130,3 +130,38 @@ export function peerNaming(
     config,
   };
 }
+
+/** What sets one peer apart: its name, its settings and its lock cycle. */
+export interface PeerSpec<H> {
+  /** The npm package: its id, and its label with the installed version. */
+  readonly name: string;
+  /** The `settings` note for each configuration. */
+  readonly settings: Readonly<Record<PeerConfig, string>>;
+  /**
+   * Its acquire and release on `clients`, fresh ones opened for the session
+   * (auto-pipelining when `tuned`) and closed with it.
+   */
+  cycle(
+    clients: Redis[],
+    options: OpenOptions & { readonly tuned: boolean },
+  ): Pick<ContenderSession<H>, 'acquire' | 'release'>;
+}
+
+/** A peer library in a configuration: it waits with its own retry, on clients of its own. */
+export function peerContender<H>(config: PeerConfig, spec: PeerSpec<H>): Contender {
+  const tuned = config === 'tuned';
+  return {
+    ...peerNaming(spec.name, config),
+    kind: 'peer',
+    canWait: true,
+    settings: spec.settings[config],
+    async open(urls: readonly string[], options: OpenOptions): Promise<ContenderSession> {
+      const clients = await openClients(urls, { autoPipelining: tuned });
+      const session: ContenderSession<H> = {
+        ...spec.cycle(clients, { ...options, tuned }),
+        close: () => closeClients(clients),
+      };
+      return session as ContenderSession;
+    },
+  };
+}

@@ -1,15 +1,5 @@
 import { Mutex, RedlockMutex } from 'redis-semaphore';
-import {
-  closeClients,
-  openClients,
-  peerNaming,
-  type Contender,
-  type ContenderSession,
-  type OpenOptions,
-  type PeerConfig,
-} from './contender.js';
-
-type AnyMutex = Mutex | RedlockMutex;
+import { peerContender, type Contender, type PeerConfig } from './contender.js';
 
 /**
  * redis-semaphore: `Mutex` on one node, `RedlockMutex` on several; one mutex
@@ -23,22 +13,21 @@ type AnyMutex = Mutex | RedlockMutex;
  * attempt in `try` mode, a 60 s acquireTimeout in `wait` mode.
  */
 export function redisSemaphoreContender(config: PeerConfig): Contender {
-  const tuned = config === 'tuned';
-  return {
-    ...peerNaming('redis-semaphore', config),
-    kind: 'peer',
-    canWait: true,
-    settings: tuned
-      ? '1 node: Mutex, N nodes: RedlockMutex; refreshInterval 0; try: acquireAttemptsLimit 1; wait: retryInterval 10 ms (its default), acquireTimeout 60 s; clients with enableAutoPipelining'
-      : '1 node: Mutex, N nodes: RedlockMutex, library defaults (retryInterval 10 ms, acquireTimeout 10 s, auto-refresh every 0.8 × lockTimeout); plain clients',
-    async open(urls: readonly string[], { mode, ttl }: OpenOptions): Promise<ContenderSession> {
-      const clients = await openClients(urls, { autoPipelining: tuned });
+  return peerContender<Mutex | RedlockMutex>(config, {
+    name: 'redis-semaphore',
+    settings: {
+      tuned:
+        '1 node: Mutex, N nodes: RedlockMutex; refreshInterval 0; try: acquireAttemptsLimit 1; wait: retryInterval 10 ms (its default), acquireTimeout 60 s; clients with enableAutoPipelining',
+      defaults:
+        '1 node: Mutex, N nodes: RedlockMutex, library defaults (retryInterval 10 ms, acquireTimeout 10 s, auto-refresh every 0.8 × lockTimeout); plain clients',
+    },
+    cycle(clients, { mode, ttl, tuned }) {
       const options = !tuned
         ? { lockTimeout: ttl }
         : mode === 'try'
           ? { lockTimeout: ttl, refreshInterval: 0, acquireAttemptsLimit: 1 }
           : { lockTimeout: ttl, refreshInterval: 0, retryInterval: 10, acquireTimeout: 60_000 };
-      const session: ContenderSession<AnyMutex> = {
+      return {
         acquire: async (key) => {
           const mutex =
             clients.length === 1
@@ -48,9 +37,7 @@ export function redisSemaphoreContender(config: PeerConfig): Contender {
           return mutex;
         },
         release: (mutex) => mutex.release(),
-        close: () => closeClients(clients),
       };
-      return session as ContenderSession;
     },
-  };
+  });
 }

@@ -5,15 +5,7 @@ import {
   type Lock,
   type LockHandle,
 } from 'redlock-universal';
-import {
-  closeClients,
-  openClients,
-  peerNaming,
-  type Contender,
-  type ContenderSession,
-  type OpenOptions,
-  type PeerConfig,
-} from './contender.js';
+import { peerContender, type Contender, type PeerConfig } from './contender.js';
 
 interface Held {
   readonly lock: Lock;
@@ -36,16 +28,15 @@ interface Held {
  * (each acquire draws its own value).
  */
 export function redlockUniversalContender(config: PeerConfig): Contender {
-  const tuned = config === 'tuned';
-  return {
-    ...peerNaming('redlock-universal', config),
-    kind: 'peer',
-    canWait: true,
-    settings: tuned
-      ? "1 node: createLock (performance 'lean'), N nodes: createRedlock; try: retryAttempts 0; wait: retryAttempts 10^6, retryDelay 10 ms; clients with enableAutoPipelining"
-      : "1 node: createLock, N nodes: createRedlock, library defaults (performance 'standard', retryAttempts 3, retryDelay 100 ms on 1 node / 200 ms on N); plain clients",
-    async open(urls: readonly string[], { mode, ttl }: OpenOptions): Promise<ContenderSession> {
-      const clients = await openClients(urls, { autoPipelining: tuned });
+  return peerContender<Held>(config, {
+    name: 'redlock-universal',
+    settings: {
+      tuned:
+        "1 node: createLock (performance 'lean'), N nodes: createRedlock; try: retryAttempts 0; wait: retryAttempts 10^6, retryDelay 10 ms; clients with enableAutoPipelining",
+      defaults:
+        "1 node: createLock, N nodes: createRedlock, library defaults (performance 'standard', retryAttempts 3, retryDelay 100 ms on 1 node / 200 ms on N); plain clients",
+    },
+    cycle(clients, { mode, ttl, tuned }) {
       const adapters = clients.map((client) => new IoredisAdapter(client));
       const retry = !tuned
         ? {}
@@ -69,15 +60,13 @@ export function redlockUniversalContender(config: PeerConfig): Contender {
         if (!lock) shared.set(key, (lock = create(key)));
         return lock;
       };
-      const session: ContenderSession<Held> = {
+      return {
         acquire: async (key) => {
           const lock = lockFor(key);
           return { lock, handle: await lock.acquire() };
         },
         release: (held) => held.lock.release(held.handle),
-        close: () => closeClients(clients),
       };
-      return session as ContenderSession;
     },
-  };
+  });
 }

@@ -1,14 +1,6 @@
 import Redlock, { type Lock as RedlockLock } from 'redlock';
 import { Redlock as SesameRedlock, type Lock as SesameLock } from '@sesamecare-oss/redlock';
-import {
-  closeClients,
-  openClients,
-  peerNaming,
-  type Contender,
-  type ContenderSession,
-  type OpenOptions,
-  type PeerConfig,
-} from './contender.js';
+import { peerContender, type Contender, type PeerConfig } from './contender.js';
 
 /**
  * Tuned settings per mode. `try`: a single attempt (retryCount 0). `wait`:
@@ -31,27 +23,24 @@ type Flavour = 'redlock' | '@sesamecare-oss/redlock';
  * the settings above.
  */
 export function redlockContender(flavour: Flavour, config: PeerConfig): Contender {
-  const tuned = config === 'tuned';
-  return {
-    ...peerNaming(flavour, config),
-    kind: 'peer',
-    canWait: true,
-    settings: tuned
-      ? 'try: retryCount 0; wait: retryCount -1 (unbounded), retryDelay 10 ms, retryJitter 5 ms; clients with enableAutoPipelining'
-      : 'library defaults (retryCount 10, retryDelay 200 ms, retryJitter 100 ms); plain clients',
-    async open(urls: readonly string[], { mode, ttl }: OpenOptions): Promise<ContenderSession> {
-      const clients = await openClients(urls, { autoPipelining: tuned });
+  return peerContender<RedlockLock | SesameLock>(config, {
+    name: flavour,
+    settings: {
+      tuned:
+        'try: retryCount 0; wait: retryCount -1 (unbounded), retryDelay 10 ms, retryJitter 5 ms; clients with enableAutoPipelining',
+      defaults:
+        'library defaults (retryCount 10, retryDelay 200 ms, retryJitter 100 ms); plain clients',
+    },
+    cycle(clients, { mode, ttl, tuned }) {
       const settings = !tuned ? {} : mode === 'try' ? TUNED_TRY : TUNED_WAIT;
       const redlock =
         flavour === 'redlock'
           ? new Redlock(clients, settings)
           : new SesameRedlock(clients, settings);
-      const session: ContenderSession<RedlockLock | SesameLock> = {
+      return {
         acquire: (key) => redlock.acquire([key], ttl),
         release: (lock) => lock.release(),
-        close: () => closeClients(clients),
       };
-      return session as ContenderSession;
     },
-  };
+  });
 }
