@@ -1,4 +1,3 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Cluster, Redis } from 'ioredis';
 import { closeSentinelWatch, type LockNode } from './lock-node.js';
 import { isClusterClient } from './lock-options.js';
@@ -192,13 +191,10 @@ async function closeClient(client: Redis | Cluster): Promise<void> {
   // Bounded: a paused node never answers QUIT.
   const answered =
     client.status === 'ready' &&
-    (await Promise.race([
-      client.quit().then(
-        () => true,
-        () => false,
-      ),
-      sleep(1000, false, { ref: false }),
-    ]));
+    (await bounded(client.quit(), 1000, { unref: true }).then(
+      () => true,
+      () => false,
+    ));
   if (!answered) client.disconnect();
   if (!isClusterClient(client)) closeSentinelWatch(client);
 }
