@@ -6,6 +6,17 @@ export { normalizeResources, resourceProblem } from './lock-engine.js';
 export { describeResources } from './lock-errors.js';
 export { resolveEngineOptions, type ResolvedEngineOptions } from './lock-options.js';
 export { findRisks, type ClusterFacts, type NodeFacts, type ServerFacts } from './node-checks.js';
+// Administration for operators (the command-line tool): verdicts, node errors, counter
+// lifetimes and set-up risks, read through the engine's nodes so the tool needs no client.
+export { judgeLock, type JudgedLock, type LockVerdict } from './admin/lock-verdict.js';
+export { explainNodeError } from './admin/node-errors.js';
+export {
+  compareCounterLifetimes,
+  sampleCounterLifetimes,
+  type CounterLifetimeMismatch,
+  type CounterLifetimes,
+} from './admin/counter-lifetimes.js';
+export { collectRisks } from './node-checks.js';
 // What the Nest layer and the testing entry point use besides the public names.
 export { keepAlive } from './keep-alive.js';
 export { checkMs, rejectUnknownOptions, resolveRetry, type ResolvedRetry } from './lock-options.js';
