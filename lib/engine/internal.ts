@@ -23,3 +23,6 @@ export { checkMs, rejectUnknownOptions, resolveRetry, type ResolvedRetry } from 
 export type { LockOwner } from './lock.js';
 export { judgeInspection } from './lock-admin.js';
 export { retryDelay } from './retry-delay.js';
+// A call's options, checked and resolved the same way by every engine (the in-memory one too).
+export { callTimings, checkCallOptions, SINGLE_ATTEMPT } from './call-request.js';
+export { renewLease } from './lease-renewal.js';

@@ -21,6 +21,10 @@ export interface RoundResult<T> {
  * for a quorum, every node answered, or `timeoutMs` passed (one timer for the whole round,
  * so a hung node costs at most that). Late replies are dropped; the callers
  * clean up after them by releasing on every node.
+ *
+ * With `slotOf`, the yeses must also agree (a semaphore's nodes each grant a
+ * permit slot): the quorum is of yeses for one slot, and the round also
+ * settles once no slot can reach it, counting the nodes still pending.
  */
 export function quorumRound<T>(
   nodes: readonly LockNode[],
@@ -28,8 +32,12 @@ export function quorumRound<T>(
   isYes: (reply: T) => boolean,
   quorum: number,
   timeoutMs: number,
+  slotOf?: (reply: T) => unknown,
 ): Promise<RoundResult<T>> {
   const count = nodes.length;
+  /** Yeses per slot, and the most for one slot (all the yeses when slots do not matter). */
+  const perSlot = slotOf && new Map<unknown, number>();
+  let best = 0;
   const result: RoundResult<T> = {
     replies: new Array<T | undefined>(count),
     errors: new Array<Error | undefined>(count),
@@ -45,14 +53,14 @@ export function quorumRound<T>(
       resolve(result);
     };
     const decided = () => {
+      const pending = count - result.yes - result.no - result.failed;
       if (
-        result.yes >= quorum ||
-        result.no > count - quorum ||
-        // Out of reach, and a node said no (a holder, a lost lock): that is the answer. Out of
-        // reach through failures alone is an outage: the round waits for every node (within its
-        // timeout) so that the error reports each one's outcome.
-        (result.no > 0 && result.no + result.failed > count - quorum) ||
-        result.yes + result.no + result.failed === count
+        best >= quorum ||
+        // Out of reach, and a node said no (a holder, a lost lock) or granted another slot: that
+        // is the answer. Out of reach through failures alone is an outage: the round waits for
+        // every node (within its timeout) so that the error reports each one's outcome.
+        (best + pending < quorum && (result.no > 0 || result.yes > best)) ||
+        pending === 0
       ) {
         finish();
       }
@@ -73,8 +81,15 @@ export function quorumRound<T>(
         (reply) => {
           if (settled) return;
           result.replies[i] = reply;
-          if (isYes(reply)) result.yes++;
-          else result.no++;
+          if (!isYes(reply)) result.no++;
+          else if (!perSlot) best = ++result.yes;
+          else {
+            result.yes++;
+            const slot = slotOf!(reply);
+            const votes = (perSlot.get(slot) ?? 0) + 1;
+            perSlot.set(slot, votes);
+            if (votes > best) best = votes;
+          }
           decided();
         },
         (error: unknown) => {

@@ -2,12 +2,8 @@ import { Lock } from './lock.js';
 import { LockOptionsError } from './lock-errors.js';
 import type { LockNode } from './lock-node.js';
 import type { AcquireOptions, UsingOptions } from './lock-options.js';
-import {
-  LeasePrimitive,
-  type EngineParts,
-  type LeaseReply,
-  type LeaseRequest,
-} from './lease-primitive.js';
+import { LeasePrimitive, type LeaseReply, type LeaseRequest } from './lease-primitive.js';
+import type { EngineContext } from './engine-context.js';
 import { RW_ACQUIRE, RW_EXTEND, RW_RELEASE, RW_WRITEBACK } from './rw-lua.js';
 
 /** How a read-write lock is held: shared by readers, or by one writer alone. */
@@ -59,8 +55,8 @@ type Reply = [granted: 0 | 1, value?: number];
  */
 export class ReadWriteLock extends LeasePrimitive {
   /** @internal Made by `readWriteLock()` (lease-parts.ts). */
-  constructor(parts: EngineParts, resource: string) {
-    super(parts, parts.resourceName(resource), 'rw', {
+  constructor(context: EngineContext, resource: string) {
+    super(context, context.resourceName(resource), 'rw', {
       writeback: RW_WRITEBACK,
       extend: RW_EXTEND,
       release: RW_RELEASE,

@@ -2,12 +2,8 @@ import { Lock } from './lock.js';
 import { LockOptionsError } from './lock-errors.js';
 import type { LockNode } from './lock-node.js';
 import type { AcquireOptions, UsingOptions } from './lock-options.js';
-import {
-  LeasePrimitive,
-  type EngineParts,
-  type LeaseReply,
-  type LeaseRequest,
-} from './lease-primitive.js';
+import { LeasePrimitive, type LeaseReply, type LeaseRequest } from './lease-primitive.js';
+import type { EngineContext } from './engine-context.js';
 import { SEM_ACQUIRE, SEM_EXTEND, SEM_RELEASE, SEM_WRITEBACK } from './semaphore-lua.js';
 
 /** The most permits a semaphore may have: each attempt may scan its slots. */
@@ -58,18 +54,18 @@ type Reply = [granted: 0 | 1, slotOrWait?: number, token?: number];
 export class Semaphore extends LeasePrimitive {
   /** @internal Made by `semaphore()` (lease-parts.ts). */
   constructor(
-    parts: EngineParts,
+    context: EngineContext,
     name: string,
     /** How many permits may be held at once. */
     readonly permits: number,
   ) {
-    const checked = parts.resourceName(name);
+    const checked = context.resourceName(name);
     if (!Number.isInteger(permits) || permits < 1 || permits > MAX_PERMITS) {
       throw new LockOptionsError(
         `A semaphore has a whole number of permits from 1 to ${MAX_PERMITS} (got ${String(permits)} for '${checked}').`,
       );
     }
-    super(parts, checked, 'sem', {
+    super(context, checked, 'sem', {
       writeback: SEM_WRITEBACK,
       extend: SEM_EXTEND,
       release: SEM_RELEASE,

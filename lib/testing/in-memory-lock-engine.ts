@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import {
+  callTimings,
+  checkCallOptions,
   checkMs,
   judgeInspection,
   Lock,
@@ -13,7 +15,9 @@ import {
   normalizeResources,
   resolveEngineOptions,
   resolveRetry,
+  renewLease,
   retryDelay,
+  SINGLE_ATTEMPT,
   type AcquireOptions,
   type LockEngineOptions,
   type LockError,
@@ -28,7 +32,6 @@ import {
   type ReleaseResult,
   type ResolvedEngineOptions,
   type ResolvedRetry,
-  type RetryOptions,
   type UsingOptions,
 } from '../engine/internal.js';
 import { markLockFailure } from '../nest/internal.js';
@@ -117,9 +120,6 @@ interface Refusal {
 }
 
 /** The options a single call takes (`autoExtend` only with using()); the real engine's list. */
-const CALL_OPTIONS = new Set(['ttl', 'waitTimeout', 'retry', 'signal', 'autoExtend']);
-
-const SINGLE_ATTEMPT: RetryOptions = Object.freeze({ attempts: 0 });
 
 /** What a failed node answers, in the words ioredis uses for a node that is down. */
 const nodeDown = (label: string) =>
@@ -266,11 +266,19 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
     options: UsingOptions = {},
   ): Promise<T> {
     const lock = await this.acquire(resources, options);
-    if (options.autoExtend !== false) this.keepExtended(lock);
+    if (options.autoExtend !== false) {
+      lock.stopExtending = renewLease(
+        lock,
+        (ttl) => this.extend(lock, ttl),
+        this.options.extendThreshold,
+        this.options.retry,
+      );
+    }
     try {
       return await routine(lock);
     } finally {
-      await lock.release();
+      const result = await lock.release();
+      options.onReleased?.(result);
     }
   }
 
@@ -826,78 +834,19 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
     });
   }
 
-  /** Keeps the lease renewed until the lock is released or lost, on the real engine's schedule. */
-  private keepExtended(lock: Lock): void {
-    const { ttl } = lock;
-    const margin = Math.max(2, Math.ceil(ttl * 0.02));
-    let timer: NodeJS.Timeout | undefined;
-    let stopped = false;
-    const schedule = (delay: number) => {
-      timer = setTimeout(tick, Math.max(0, delay));
-      timer.unref?.();
-    };
-    const tick = async () => {
-      if (lock.validUntil - margin - performance.now() <= 0)
-        return lock.lost('it could not be extended before its lease ran out');
-      try {
-        await this.extend(lock, ttl);
-        if (!stopped)
-          schedule(lock.validUntil - performance.now() - ttl * this.options.extendThreshold);
-      } catch (error) {
-        if (stopped || error instanceof LockLostError) return;
-        const left = lock.validUntil - margin - performance.now();
-        if (left <= 0) {
-          lock.lost(
-            `it could not be extended before its lease ran out (${(error as Error).message})`,
-          );
-        } else {
-          schedule(Math.min(left / 4, retryDelay(this.options.retry, 1)));
-        }
-      }
-    };
-    lock.stopExtending = () => {
-      stopped = true;
-      clearTimeout(timer);
-    };
-    schedule(lock.validUntil - performance.now() - ttl * this.options.extendThreshold);
-  }
-
   private request(resources: string | readonly string[], options: UsingOptions): Request {
-    if (options === null || typeof options !== 'object') {
-      throw new LockOptionsError(
-        `Lock options must be an object such as { ttl: 5000 } (got ${String(options)}).`,
-      );
-    }
-    for (const key in options) {
-      if (!CALL_OPTIONS.has(key)) {
-        throw new LockOptionsError(
-          `There is no lock option '${key}'; a call takes ${[...CALL_OPTIONS].join(', ')}.`,
-        );
-      }
-    }
-    if (options.autoExtend !== undefined && typeof options.autoExtend !== 'boolean') {
-      throw new LockOptionsError(
-        `autoExtend must be true or false (got ${typeof options.autoExtend}).`,
-      );
-    }
-    if (options.signal !== undefined && !(options.signal instanceof AbortSignal)) {
-      throw new LockOptionsError('signal must be an AbortSignal (from an AbortController).');
-    }
+    checkCallOptions(options);
+    const timings = callTimings(options, this.options, (retry) =>
+      resolveRetry('retry', retry, this.options.retry),
+    );
     const list = normalizeResources(resources);
-    const ttl = options.ttl === undefined ? this.options.ttl : checkMs('ttl', options.ttl, 10);
     return {
       resources: list,
       keys: list.map((resource) => this.lockKey(resource)),
-      ttl,
-      drift: this.drift(ttl),
-      retry:
-        options.retry === undefined
-          ? this.options.retry
-          : resolveRetry('retry', options.retry, this.options.retry),
-      waitTimeout:
-        options.waitTimeout === undefined
-          ? this.options.waitTimeout
-          : checkMs('waitTimeout', options.waitTimeout, 0),
+      ttl: timings.ttl,
+      drift: this.drift(timings.ttl),
+      retry: timings.retry,
+      waitTimeout: timings.waitTimeout,
       signal: options.signal,
       started: performance.now(),
       waiting: false,

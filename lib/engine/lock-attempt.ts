@@ -1,0 +1,190 @@
+import {
+  checkCanAttempt,
+  refusalOf,
+  type Acquirer,
+  type Grant,
+  type Refusal,
+} from './acquisition.js';
+import { fenceSeed, type CallRequest } from './call-request.js';
+import type { EngineContext } from './engine-context.js';
+import { Lock, type LockOwner } from './lock.js';
+import { leaseValue } from './lease-value.js';
+import { ACQUIRE, FENCE_WRITEBACK, RELEASE } from './lua-scripts.js';
+import { quorumRound } from './quorum-round.js';
+import { settleTokens } from './token-settlement.js';
+
+/** A node's answer to ACQUIRE: granted (with a token per key), or refused (with ms to wait). */
+type AcquireReply = [granted: 0 | 1, ...rest: number[]];
+
+/** A lock's acquisition: a request with the keys ACQUIRE takes on a node that counts for all. */
+export interface LockRequest extends CallRequest {
+  /** Lock keys followed by the node's fence counter (ACQUIRE on a node that counts for all resources). */
+  readonly acquireKeys: readonly string[];
+}
+
+const isGranted = (reply: AcquireReply) => reply[0] === 1;
+
+/** A grant by a node whose grants do not count now (see RestartWatch) fails that node's part. */
+function uncounted(reply: AcquireReply, why: string): AcquireReply {
+  if (isGranted(reply)) throw new Error(`granted, but not counted toward the quorum: ${why}`);
+  return reply;
+}
+
+/**
+ * A fenced grant carries a token per resource. One found again after a resend
+ * reads its counter back, and a counter deleted or evicted meanwhile gives
+ * none: that node's grant then cannot vouch for a token, and does not count.
+ */
+function withTokens(reply: AcquireReply, count: number): AcquireReply {
+  if (!isGranted(reply)) return reply;
+  for (let r = 1; r <= count; r++) {
+    if (typeof reply[r] !== 'number') {
+      throw new Error(
+        'granted, but without a fencing token (its fence counter was deleted or evicted); not counted toward the quorum',
+      );
+    }
+  }
+  return reply;
+}
+
+/** A refusing node's wait (ms until its holder's lease ends; -3: only the line is in the way). */
+const waitOf = (reply: AcquireReply) => (reply[0] === 0 ? reply[1] : undefined);
+
+/**
+ * The plain lock's single attempt: ACQUIRE on every node (a key per
+ * resource), a quorum within the validity `ttl - drift`, fencing tokens
+ * settled, and a clean-up of a failed attempt on every node.
+ */
+export class LockAttempts implements Acquirer<LockRequest> {
+  constructor(
+    private readonly context: EngineContext,
+    private readonly owner: LockOwner,
+  ) {}
+
+  async attempt(request: LockRequest): Promise<Grant | Refusal> {
+    const { context } = this;
+    checkCanAttempt(context, request);
+    const { ttl, keys } = request;
+    const value = leaseValue();
+    const start = performance.now();
+    const validUntil = start + ttl - request.drift;
+    const { fencing, fenceCounterTtl } = context.options;
+    if (request.waiter === '') request.waiter = value;
+    // A first attempt that is not yet waiting does not join the waiters' line (fewer arguments on
+    // the uncontended path): if refused, the caller lines up and asks again at once, joining then.
+    const args: (string | number)[] = [
+      value,
+      ttl,
+      keys.length,
+      fencing ? '1' : '0',
+      // A fence counter created now starts above every token issued before it (see lua-scripts.ts).
+      fenceSeed(context.options),
+      fenceCounterTtl,
+    ];
+    const joinsLine = request.waiting || request.waiter !== value;
+    if (joinsLine) args.push(request.waiter, request.arrival, request.lineLease);
+    const round = await quorumRound(
+      context.nodes,
+      (node, i) => {
+        const send = () => {
+          // A node that counts the tokens of all resources gets its counter after the lock keys.
+          const sent = node.run(
+            ACQUIRE,
+            context.countsForAll(node) ? request.acquireKeys : keys,
+            args,
+          ) as Promise<AcquireReply>;
+          const excluded = context.excluded(i);
+          if (excluded !== undefined) return sent.then((reply) => uncounted(reply, excluded));
+          return fencing ? sent.then((reply) => withTokens(reply, keys.length)) : sent;
+        };
+        // Just reconnected: whether the node restarted is being read (one INFO round trip).
+        const checking = context.pending(i);
+        return checking ? checking.then(send) : send();
+      },
+      isGranted,
+      context.quorum,
+      request.nodeTimeout,
+    );
+    if (round.yes >= context.quorum) {
+      let tokens: number[] | undefined;
+      try {
+        const settled = fencing ? this.settle(round, request, value, validUntil) : [];
+        tokens = settled instanceof Promise ? await settled : settled;
+      } catch (error) {
+        this.cleanUp(keys, value);
+        throw error;
+      }
+      if (tokens && performance.now() < validUntil) {
+        const lock = new Lock(this.owner, request.resources, keys, value, tokens, ttl, validUntil);
+        return { lock, round };
+      }
+    }
+    this.cleanUp(keys, value);
+    const busyInLine = request.lineLease > 0 && joinsLine;
+    // Free, but an earlier waiter was first in line: this attempt just took its place there too,
+    // by arrival, so it may now be first itself (one whose own first attempts failed, say). The
+    // head asks again at once instead of after a delay nothing will cut short.
+    const again =
+      busyInLine &&
+      !request.inLine &&
+      round.replies.every((reply) => reply?.[0] !== 0 || reply[1] === -3);
+    const refusal = refusalOf(context, round, request, waitOf, again);
+    if (refusal.busy && busyInLine) request.inLine = true;
+    return refusal;
+  }
+
+  /** Leaves the lines on every node but those that granted (a grant took the waiter out there). */
+  leaveLines(request: LockRequest): void {
+    const granting = request.granting?.replies as (AcquireReply | undefined)[] | undefined;
+    this.context.nodes.forEach((node, i) => {
+      if (granting?.[i]?.[0] === 1) return;
+      for (const key of request.keys)
+        node.client.hdel(`${key}:q`, request.waiter).catch(() => undefined);
+    });
+  }
+
+  private settle(
+    round: Awaited<ReturnType<typeof quorumRound<AcquireReply>>>,
+    request: LockRequest,
+    value: string,
+    validUntil: number,
+  ) {
+    const { context } = this;
+    const granting: number[] = [];
+    round.replies.forEach((reply, i) => {
+      if (reply?.[0] === 1) granting.push(i);
+    });
+    return settleTokens(
+      context,
+      {
+        round,
+        granting,
+        count: request.keys.length,
+        tokenOf: (reply, r) => reply[r + 1],
+        overflow: (r) => ({
+          resource: request.resources[r],
+          counters: `${request.keys[r]}:fence and ${context.nodeCounterKey}`,
+        }),
+      },
+      validUntil,
+      request.nodeTimeout,
+      (node, tokens) => {
+        // KEYS: the lock keys, then each one's counter (the node's own, or the resource's).
+        const all = context.countsForAll(node);
+        const counters = request.keys.map((key) => (all ? context.nodeCounterKey : `${key}:fence`));
+        return node.run(
+          FENCE_WRITEBACK,
+          [...request.keys, ...counters],
+          [value, all ? 0 : context.options.fenceCounterTtl, ...tokens],
+        );
+      },
+    );
+  }
+
+  /** Best-effort release of a failed attempt on every node, including those that did not answer. */
+  private cleanUp(keys: readonly string[], value: string): void {
+    const { context } = this;
+    for (const node of context.nodes)
+      node.run(RELEASE, keys, [value, context.notify, context.sender]).catch(() => undefined);
+  }
+}
