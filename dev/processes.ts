@@ -1,8 +1,8 @@
 /**
  * Child processes for the tests, the demo and the redis-server harness: a
  * TypeScript file run through tsx as a plain Node process, a kill that
- * reaches the child should its parent die, and a wait for a SIGSTOP or
- * SIGCONT to take effect.
+ * reaches the child should its parent die, a wait for a SIGSTOP or SIGCONT
+ * to take effect, and a registry of what to kill should this process exit.
  *
  * ```ts
  * const child = spawnTsx('test/support/contender.ts', { args: ['--nodes', urls] });
@@ -12,6 +12,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants as fsConstants, readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
+import { runInThisContext } from 'node:vm';
 
 /** The repository root: where tsx resolves from. */
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -23,6 +24,38 @@ export function isExecutable(path: string): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * The process itself. Under Jest a test file gets a copy of `process` whose
+ * 'exit' never fires (and a fresh copy of every module); this is the real one.
+ */
+export const hostProcess: NodeJS.Process = (() => {
+  try {
+    return runInThisContext('process') as NodeJS.Process;
+  } catch {
+    return process;
+  }
+})();
+
+/**
+ * What must not outlive this process (servers it started, their data dirs):
+ * a set kept on {@link hostProcess} under `name`, with one 'exit' hook that
+ * runs `cleanUp` (synchronous: SIGKILL, rmSync) for every entry still in it.
+ * Every test file run in a Jest worker shares the set and the hook.
+ */
+export function exitRegistry<T>(name: string, cleanUp: (entry: T) => void): Set<T> {
+  const key = Symbol.for(name);
+  const host = hostProcess as unknown as Record<symbol, Set<T> | undefined>;
+  let registry = host[key];
+  if (!registry) {
+    const entries = new Set<T>();
+    registry = host[key] = entries;
+    hostProcess.on('exit', () => {
+      for (const entry of entries) cleanUp(entry);
+    });
+  }
+  return registry;
 }
 
 const SETPRIV = process.platform === 'linux' && isExecutable('/usr/bin/setpriv');

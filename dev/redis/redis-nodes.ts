@@ -25,9 +25,14 @@ import { mkdtemp } from 'node:fs/promises';
 import { createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
-import { runInThisContext } from 'node:vm';
 import { Redis } from 'ioredis';
-import { isExecutable, waitForProcState, withParentDeathSignal } from '../processes.js';
+import {
+  exitRegistry,
+  hostProcess,
+  isExecutable,
+  waitForProcState,
+  withParentDeathSignal,
+} from '../processes.js';
 
 export interface RedisNodeOptions {
   /** AOF persistence. Default: true. */
@@ -99,44 +104,23 @@ export function findRedisServer(): string {
 }
 
 // --- Safety net -------------------------------------------------------------
-// Jest gives each test file a copy of `process` whose 'exit' never fires, and a
-// fresh copy of this module. The registry and its single 'exit' hook therefore
-// live on the host process, shared by every test file run in that worker.
+// Nodes still running when the process exits are killed and their dirs removed
+// (exitRegistry: under Jest, on the worker's real process).
 
 interface LiveNode {
   readonly pid: number | undefined;
   readonly dir: string;
 }
 
-const hostProcess: NodeJS.Process = (() => {
-  try {
-    return runInThisContext('process') as NodeJS.Process;
-  } catch {
-    return process;
-  }
-})();
-
-const REGISTRY_KEY = Symbol.for('nestjs-redis-lock.test.redis-nodes');
-
-function liveNodes(): Set<LiveNode> {
-  const host = hostProcess as unknown as Record<symbol, Set<LiveNode> | undefined>;
-  let registry = host[REGISTRY_KEY];
-  if (!registry) {
-    const nodes = new Set<LiveNode>();
-    registry = host[REGISTRY_KEY] = nodes;
-    hostProcess.on('exit', () => {
-      for (const node of nodes) {
-        try {
-          if (node.pid !== undefined) hostProcess.kill(node.pid, 'SIGKILL');
-        } catch {
-          // already gone
-        }
-        rmSync(node.dir, { recursive: true, force: true });
-      }
-    });
-  }
-  return registry;
-}
+const liveNodes = () =>
+  exitRegistry<LiveNode>('nestjs-redis-lock.test.redis-nodes', (node) => {
+    try {
+      if (node.pid !== undefined) hostProcess.kill(node.pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+    rmSync(node.dir, { recursive: true, force: true });
+  });
 
 // --- Ports ------------------------------------------------------------------
 // Ports come from below the kernel's ephemeral range: a port handed out by

@@ -20,13 +20,13 @@
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { accessSync, constants as fsConstants, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { chmod, mkdtemp } from 'node:fs/promises';
 import { createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { runInThisContext } from 'node:vm';
+import { exitRegistry, hostProcess, isExecutable } from '../../dev/processes.js';
 
 const HOST = '127.0.0.1';
 const READY_LINE = 'database system is ready to accept connections';
@@ -53,15 +53,10 @@ export function findPostgresBin(): string {
           return [];
         }
       })();
-  for (const dir of candidates) {
-    try {
-      accessSync(join(dir, 'initdb'), fsConstants.X_OK);
-      accessSync(join(dir, 'postgres'), fsConstants.X_OK);
-      return dir;
-    } catch {
-      // try the next one
-    }
-  }
+  const found = candidates.find(
+    (dir) => isExecutable(join(dir, 'initdb')) && isExecutable(join(dir, 'postgres')),
+  );
+  if (found) return found;
   throw new Error(NOT_FOUND_MESSAGE);
 }
 
@@ -73,30 +68,11 @@ export interface PostgresConnection {
 }
 
 // --- Safety net ---------------------------------------------------------------
-// As in dev/redis/redis-nodes.ts: Jest gives each test file its own `process` whose 'exit'
-// never fires, so the registry and its hook live on the host process.
+// Servers still running when the process exits are killed and their dirs removed
+// (exitRegistry, as for the redis-server harness).
 
-const hostProcess: NodeJS.Process = (() => {
-  try {
-    return runInThisContext('process') as NodeJS.Process;
-  } catch {
-    return process;
-  }
-})();
-const REGISTRY_KEY = Symbol.for('nestjs-redis-lock.test.postgres');
-
-function liveServers(): Set<PostgresServer> {
-  const host = hostProcess as unknown as Record<symbol, Set<PostgresServer> | undefined>;
-  let registry = host[REGISTRY_KEY];
-  if (!registry) {
-    const servers = new Set<PostgresServer>();
-    registry = host[REGISTRY_KEY] = servers;
-    hostProcess.on('exit', () => {
-      for (const server of servers) server.killNow();
-    });
-  }
-  return registry;
-}
+const liveServers = () =>
+  exitRegistry<PostgresServer>('nestjs-redis-lock.test.postgres', (server) => server.killNow());
 
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
