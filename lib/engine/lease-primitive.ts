@@ -67,6 +67,11 @@ export abstract class LeasePrimitive implements LockOwner, Acquirer<LeaseRequest
   protected readonly channelKey: string;
   /** The nodes' line of waiters. */
   protected readonly lineKey: string;
+  /**
+   * How many of this process's waiters a release wakes: every one for a
+   * read-write lock (readers go together), one for a semaphore's permit.
+   */
+  protected readonly wakesPerRelease: number = Infinity;
 
   constructor(
     protected readonly context: EngineContext,
@@ -335,7 +340,12 @@ export abstract class LeasePrimitive implements LockOwner, Acquirer<LeaseRequest
 
   /** @internal Use `lock.release()`. */
   releaseOnNodes(lock: Lock): Promise<ReleaseResult> {
-    return releaseLease(this.context, lock, (node) => this.releaseCall(node, lock.value));
+    return releaseLease(
+      this.context,
+      lock,
+      (node) => this.releaseCall(node, lock.value),
+      this.wakesPerRelease,
+    );
   }
 
   /** @internal Called by a holding that was lost. */

@@ -66,12 +66,14 @@ export async function extendLease(
 
 /**
  * Deletes a lease on every node that still holds it (`call` sends one node's
- * release). A holder that was paused past its lease learns here that it lost it.
+ * release), and wakes at most `wakes` of this process's waiters for it (the
+ * earliest). A holder that was paused past its lease learns here that it lost it.
  */
 export async function releaseLease(
   context: EngineContext,
   lock: Lock,
   call: (node: LockNode) => Promise<unknown>,
+  wakes = Infinity,
 ): Promise<ReleaseResult> {
   const start = performance.now();
   if (lock.validUntil <= start) lock.lost('its lease ran out before it was released');
@@ -81,7 +83,7 @@ export async function releaseLease(
   // This process's own waiters need no message from the nodes (the channel skips this engine's
   // own), nor the release's answers: their attempt goes out on the same connections after the
   // release, so each node runs it after the release (a round trip sooner than waiting).
-  for (const key of lock.keys) context.queues.released(key);
+  for (const key of lock.keys) context.queues.released(key, '', wakes);
   const round = await releasing;
   const result: ReleaseResult = {
     released: round.yes >= quorum,

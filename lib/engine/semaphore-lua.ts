@@ -146,8 +146,10 @@ return 0`,
 
 /**
  * Give back whatever slot the value holds here (the permit, or a slot a
- * split vote left behind), then, when anyone waits, tell the waiters as
- * the read-write lock does (the message names no waiter first).
+ * split vote left behind), then, when anyone waits, tell the waiters: the
+ * message names the earliest waiters in line by arrival, one per slot freed
+ * (comma-separated), so that only they ask again; with nobody in line yet it
+ * names none, and every waiter that hears it asks.
  * KEYS: holders hash, waiters' line. ARGV: value, notify '1' | 's' | '0',
  * sender. Returns 1 when a slot was ours and is now free, else 0.
  */
@@ -160,10 +162,24 @@ for i = 1, #entries, 2 do
   end
 end
 if removed > 0 and ARGV[2] ~= '0' and redis.call('EXISTS', KEYS[2]) == 1 then
+  local clock, line = now(), {}
+  local places = redis.call('HGETALL', KEYS[2])
+  for i = 1, #places, 2 do
+    local a, expiry = string.match(places[i + 1], '^(%S+) (%d+)$')
+    if tonumber(expiry) and tonumber(expiry) > clock then
+      line[#line + 1] = { id = places[i], arrival = tonumber(a) }
+    end
+  end
+  table.sort(line, function(x, y)
+    return x.arrival < y.arrival or (x.arrival == y.arrival and x.id < y.id)
+  end)
+  local heads = {}
+  for i = 1, math.min(removed, #line) do heads[i] = line[i].id end
   local publish = ARGV[2] == 's' and 'SPUBLISH' or 'PUBLISH'
-  redis.pcall(publish, KEYS[1], ' ' .. (ARGV[3] or ''))
+  redis.pcall(publish, KEYS[1], table.concat(heads, ',') .. ' ' .. (ARGV[3] or ''))
 end
 return math.min(removed, 1)`,
+  SEM_PRELUDE,
 );
 
 export const SEMAPHORE_SCRIPTS = [SEM_ACQUIRE, SEM_WRITEBACK, SEM_EXTEND, SEM_RELEASE] as const;

@@ -35,11 +35,23 @@ export class WaitQueues {
 
   /**
    * A release of `key` was heard: the heads of the queues that wait on it try
-   * again, unless the nodes named another waiter (`head`) first in line.
+   * again, unless the nodes named other waiters first in line (`head`: one
+   * name, or several separated by commas). At most `limit` queues wake, the
+   * earliest waiters first (a semaphore's release frees one permit: waking
+   * every waiter would only have all but one refused).
    */
-  released(key: string, head = ''): void {
+  released(key: string, head = '', limit = Infinity): void {
     const set = this.byKey.get(key);
-    if (set) for (const queue of set) queue.wake(head);
+    if (!set) return;
+    if (limit >= set.size) {
+      for (const queue of set) queue.wake(head);
+      return;
+    }
+    let woken = 0;
+    for (const queue of [...set].sort((a, b) => a.arrival - b.arrival)) {
+      if (woken >= limit) break;
+      if (queue.wake(head)) woken++;
+    }
   }
 
   /** @internal */
@@ -75,13 +87,20 @@ class WaitQueue {
     return ticket;
   }
 
-  wake(head: string): void {
+  /** When its first waiter's acquisition began (epoch ms); Infinity when nobody waits. */
+  get arrival(): number {
+    return this.tickets[0]?.arrival ?? Infinity;
+  }
+
+  /** Wakes the first waiter unless the nodes named others first in line; true when it did. */
+  wake(head: string): boolean {
     const first = this.tickets[0];
     // Another process's waiter is first in the nodes' line: asking now would only be refused.
     // A waiter not yet in that line (no attempt made yet) asks, which puts it there.
-    if (head !== '' && first?.waiter && first.waiter !== head) return;
+    if (head !== '' && first?.waiter && !named(head, first.waiter)) return false;
     this.wakes++;
     first?.notify(false);
+    return first !== undefined;
   }
 
   leave(ticket: Ticket, acquired: boolean): void {
@@ -96,6 +115,17 @@ class WaitQueue {
       next.notify(!acquired);
     }
   }
+}
+
+/** True when `waiter` is among the comma-separated names of `head`. */
+function named(head: string, waiter: string): boolean {
+  if (head === waiter) return true;
+  const at = head.indexOf(waiter);
+  return (
+    at >= 0 &&
+    (at === 0 || head[at - 1] === ',') &&
+    (at + waiter.length === head.length || head[at + waiter.length] === ',')
+  );
 }
 
 /** One caller's place in a queue. */
