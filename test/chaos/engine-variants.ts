@@ -23,11 +23,11 @@ interface Patch {
 
 const PATCHES: Record<Exclude<EngineVariant, 'real'>, Patch> = {
   // Take the highest counter among the granting nodes as final without
-  // carrying it to a quorum (DESIGN.md section 2, round 2 skipped).
+  // carrying it to a quorum (the fencing scheme's second round skipped).
   'no-writeback': {
-    file: 'lock-engine.ts',
-    anchor: '    if (behind.length === 0) return tokens;\n',
-    replacement: '    return tokens; // chaos variant: the fencing write-back round is skipped\n',
+    file: 'token-settlement.ts',
+    anchor: '  if (behind.length === 0) return tokens;\n',
+    replacement: '  return tokens; // chaos variant: the fencing write-back round is skipped\n',
   },
   // One granting node is enough: no majority, no quorum intersection.
   'quorum-1': {
