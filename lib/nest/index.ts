@@ -22,6 +22,14 @@ export type {
 export { LockService } from './module/lock.service.js';
 export type { LockLogging } from './module/lock-events.logger.js';
 export { Locked } from './locked/locked.decorator.js';
+export type {
+  LockableMethod,
+  LockedDecorator,
+  LockedGoesOnMethodsOnly,
+  LockedMethodMustReturnAPromiseOrAnObservable,
+  LockedResult,
+  LockKeyFunctionMustAcceptTheMethodArguments,
+} from './locked/locked.types.js';
 export type { LockedDefaults, LockedOptions } from './locked/locked.options.js';
 export type { LockKey, LockKeyFunction } from './locked/lock-key.js';
 export { CurrentLock, FencingToken, LockSignal } from './locked/lock-params.decorator.js';

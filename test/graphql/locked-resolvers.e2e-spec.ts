@@ -199,7 +199,11 @@ class PaymentsResolver {
 
   @Query()
   @Locked('order:<0>', { wait: false })
-  payment(@Args('id') id: string, @Context() context: object, @FencingToken() token?: number) {
+  async payment(
+    @Args('id') id: string,
+    @Context() context: object,
+    @FencingToken() token?: number,
+  ) {
     return this.answer(id, context, token);
   }
 
@@ -218,13 +222,17 @@ class PaymentsResolver {
 
   @Mutation()
   @Locked('order:<0>', { wait: 300 })
-  queue(@Args('id') id: string, @Context() context: object, @FencingToken() token?: number) {
+  async queue(@Args('id') id: string, @Context() context: object, @FencingToken() token?: number) {
     return this.answer(id, context, token);
   }
 
   @Mutation()
   @Locked('order:<0>', { wait: false, ttl: 1000 })
-  payFast(@Args('id') id: string, @Context() context: object, @FencingToken() token?: number) {
+  async payFast(
+    @Args('id') id: string,
+    @Context() context: object,
+    @FencingToken() token?: number,
+  ) {
     return this.answer(id, context, token);
   }
 

@@ -144,7 +144,7 @@ class OrdersController {
 
   @Post('by-name/:name')
   @Locked('customer:<0>', { wait: false })
-  byName(@Param('name') name: string) {
+  async byName(@Param('name') name: string) {
     return { name, resources: LockContext.lock?.resources };
   }
 

@@ -92,7 +92,7 @@ class StockHandlers {
 
   @MessagePattern('stock.fast')
   @Locked('stock:<0.sku>', { wait: false, ttl: 1000 })
-  fast(@Payload() data: StockMessage) {
+  async fast(@Payload() data: StockMessage) {
     return { sku: data.sku };
   }
 }

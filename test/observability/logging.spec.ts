@@ -41,7 +41,7 @@ const unique = (name: string) => `logs:${name}:${++counter}`;
 class JobsController {
   @Get(':id')
   @Locked('job:<0>', { wait: false })
-  run(@Param('id') id: string): { id: string } {
+  async run(@Param('id') id: string): Promise<{ id: string }> {
     return { id };
   }
 }

@@ -1,9 +1,15 @@
 import { MAX_RESOURCE_LENGTH, resourceProblem } from '../../engine/internal.js';
 import { LockKeyError } from './locked.errors.js';
 
-/** Builds the resource name(s) from the method's arguments (as the method receives them). */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any -- any method's arguments
-export type LockKeyFunction = (...args: any[]) => string | readonly string[];
+/**
+ * Builds the resource name(s) from the method's arguments (as the method
+ * receives them). `Args` are the parameters the function declares: `@Locked()`
+ * accepts it only on a method whose parameters fit them.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- by default, any method's arguments
+export type LockKeyFunction<Args extends unknown[] = any[]> = (
+  ...args: Args
+) => string | readonly string[];
 
 /**
  * What `@Locked()` locks: a template such as `'order:<0>'` (`<0>` is the
@@ -12,7 +18,9 @@ export type LockKeyFunction = (...args: any[]) => string | readonly string[];
  * job's template, `<tick>` is the scheduled fire time (epoch ms), so that
  * each tick has a lock of its own: `'report:<tick>'`.
  */
-export type LockKey = string | readonly string[] | LockKeyFunction;
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- by default, any method's arguments
+export type LockKey<Args extends unknown[] = any[]> =
+  string | readonly string[] | LockKeyFunction<Args>;
 
 /** Longest argument value accepted in a template, before encoding. */
 export const MAX_KEY_VALUE_LENGTH = 200;

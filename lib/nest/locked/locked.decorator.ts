@@ -12,6 +12,7 @@ import {
   type LockedRuntime,
 } from './locked.metadata.js';
 import { checkLockedOptions, type LockedOptions } from './locked.options.js';
+import type { LockedDecorator } from './locked.types.js';
 import { readSchedule } from '../scheduling/job-schedule.js';
 
 /**
@@ -19,10 +20,16 @@ import { readSchedule } from '../scheduling/job-schedule.js';
  * built from the arguments the method actually receives (after Nest's pipes).
  * The lease is extended while the method runs and released when it returns,
  * throws, or (for a method declared to return an Observable) when the stream
- * completes, errors or is unsubscribed. The locked method returns a Promise
- * (or that Observable). A GraphQL `@Subscription()` resolver holds its lock
- * while the subscription lasts: until the async iterator it returns is done,
- * throws, or is ended by `return()` when the client unsubscribes.
+ * completes, errors or is unsubscribed. A GraphQL `@Subscription()` resolver
+ * holds its lock while the subscription lasts: until the async iterator it
+ * returns is done, throws, or is ended by `return()` when the client
+ * unsubscribes.
+ *
+ * The method must return a Promise (be `async`) or an Observable, which is
+ * what the locked method returns; a method that returns anything else does
+ * not compile (see {@link LockedResult}). A key function's parameters are
+ * checked against the method's: `(order: Order) => ...` compiles on a method
+ * whose first parameter is an Order, not on one that takes an id.
  *
  * Works on controller handlers and on provider methods; the instance must
  * come from an application that imports RedisLockModule, otherwise the call
@@ -31,13 +38,20 @@ import { readSchedule } from '../scheduling/job-schedule.js';
  * @example
  * @Post(':id/purchase')
  * @Locked('product:<0>')
- * purchase(@Param('id', ParseIntPipe) id: number, @FencingToken() token: number) { ... }
+ * async purchase(@Param('id', ParseIntPipe) id: number, @FencingToken() token: number) { ... }
  *
  * @Locked(['stock:<0.sku>', 'cart:<1>'], { wait: false })
- * reserve(item: Item, cartId: string) { ... }
+ * async reserve(item: Item, cartId: string) { ... }
+ *
+ * @Locked((order: Order) => `order:${order.id}`)
+ * async pay(order: Order) { ... }
  */
-export function Locked(key: LockKey, options?: LockedOptions): MethodDecorator {
-  return (target, propertyKey, descriptor) => {
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- a template takes any arguments
+export function Locked<KeyArgs extends unknown[] = any[]>(
+  key: LockKey<KeyArgs>,
+  options?: LockedOptions,
+): LockedDecorator<KeyArgs> {
+  const decorate: MethodDecorator = (target, propertyKey, descriptor) => {
     const className = typeof target === 'function' ? target.name : target.constructor.name;
     const where = `${className}.${String(propertyKey)}`;
     const original = descriptor.value as unknown;
@@ -104,6 +118,7 @@ export function Locked(key: LockKey, options?: LockedOptions): MethodDecorator {
     descriptor.value = wrapper as never;
     return descriptor;
   };
+  return decorate as LockedDecorator<KeyArgs>;
 }
 
 /** What `@Subscription()` of @nestjs/graphql marks its methods with (read without loading it). */
