@@ -1,13 +1,15 @@
 /**
  * The package as users get it: `npm pack` (whose prepack script builds dist/)
- * in a copy of the repository, the tarball's contents, then a real install of
- * that tarball into a fresh Nest 12 app that type-checks against the published
- * declarations and runs with plain `node` against a real redis-server.
+ * in a copy of the repository, the tarball's contents, then real installs of
+ * that tarball: a fresh Nest 12 app that type-checks against the published
+ * declarations and runs with plain `node` against a real redis-server, and the
+ * compatibility matrix of compat-matrix.ts (CommonJS and ESM apps, Nest 11 and
+ * 12, ioredis 5 and 6). The apps' registry installs are cached
+ * (support/app-installs.ts); the tarball is installed afresh on every run.
  *
  * The repository's own dist/ is never touched: the build runs in the copy.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import {
   cp,
@@ -25,94 +27,19 @@ import { tmpdir } from 'node:os';
 import { dirname, join, posix, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
+import {
+  INSTALL_TIMEOUT_MS,
+  PREPARE_TIMEOUT_MS,
+  TSC_TIMEOUT_MS,
+  describeCompatMatrix,
+  prepareMatrix,
+  type PreparedApp,
+} from './compat-matrix.js';
+import { NPM_FLAGS, appFromCache, cachedInstall, compileApp } from './support/app-installs.js';
+import { killAll, mustRun, type RunResult } from './support/processes.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const TSC = join(ROOT, 'node_modules/typescript/bin/tsc');
-const NPM_FLAGS = ['--prefer-offline', '--no-audit', '--no-fund'];
-
-// --- Child processes ----------------------------------------------------------
-// Each runs in its own process group, so a timeout (or afterAll) can kill npm
-// together with the scripts and tools it started.
-
-interface RunResult {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-}
-
-const running = new Set<ChildProcess>();
-
-function killGroup(child: ChildProcess): void {
-  try {
-    if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
-  } catch {
-    // already gone
-  }
-}
-
-/** The environment without what the outer `npm test` set for this package. */
-function childEnv(): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [name, value] of Object.entries(process.env)) {
-    if (/^(npm_package_|npm_lifecycle_|npm_command$|npm_config_local_prefix$|INIT_CWD$)/.test(name))
-      continue;
-    if (name === 'NODE_OPTIONS') continue; // --experimental-vm-modules is Jest's, not the app's
-    env[name] = value;
-  }
-  return env;
-}
-
-function run(
-  command: string,
-  args: readonly string[],
-  cwd: string,
-  timeoutMs: number,
-): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, {
-      cwd,
-      env: childEnv(),
-      detached: true,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    running.add(child);
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    const timer = setTimeout(() => {
-      stderr += `\n[killed after ${timeoutMs} ms]`;
-      killGroup(child);
-    }, timeoutMs);
-    child.once('error', (error) => {
-      clearTimeout(timer);
-      running.delete(child);
-      reject(error);
-    });
-    child.once('close', (code, signal) => {
-      clearTimeout(timer);
-      running.delete(child);
-      resolve({ code, signal, stdout, stderr });
-    });
-  });
-}
-
-async function mustRun(
-  what: string,
-  command: string,
-  args: readonly string[],
-  cwd: string,
-  timeoutMs: number,
-): Promise<RunResult> {
-  const result = await run(command, args, cwd, timeoutMs);
-  if (result.code !== 0) {
-    throw new Error(
-      `${what} failed (${result.signal ?? `exit ${result.code}`}):\n${result.stdout}${result.stderr}`,
-    );
-  }
-  return result;
-}
 
 // --- Files --------------------------------------------------------------------
 
@@ -189,6 +116,41 @@ async function readJson<T>(path: string): Promise<T> {
 /** The versions this repository runs its tests with, so npm finds them in its cache. */
 async function installedVersion(name: string): Promise<string> {
   return (await readJson<PackageJson>(join(ROOT, 'node_modules', name, 'package.json'))).version;
+}
+
+/**
+ * The fresh app: its dependencies installed once (support/app-installs.ts),
+ * the tarball installed on top, then compiled by this repository's tsc.
+ */
+async function prepareFreshApp(work: string, tarball: string): Promise<PreparedApp> {
+  const dependencies: Record<string, string> = {};
+  for (const name of [
+    '@nestjs/common',
+    '@nestjs/core',
+    '@nestjs/platform-express',
+    // The optional peers of nestjs-redis-lock/health and /telemetry, so every entry point loads.
+    '@nestjs/terminus',
+    '@opentelemetry/api',
+    'ioredis',
+    'reflect-metadata',
+    'rxjs',
+  ])
+    dependencies[name] = await installedVersion(name);
+  const packageJson = {
+    name: 'fresh-nest-app',
+    private: true,
+    type: 'module',
+    dependencies,
+    devDependencies: { '@types/node': await installedVersion('@types/node') },
+  };
+  const cache = await cachedInstall('fresh-nest-app', packageJson, INSTALL_TIMEOUT_MS);
+  const dir = join(work, 'app');
+  const files = {
+    'tsconfig.json': JSON.stringify(CONSUMER_TSCONFIG, null, 2),
+    'main.ts': CONSUMER_MAIN,
+  };
+  await appFromCache(cache, dir, { files, outDir: 'out' }, tarball, INSTALL_TIMEOUT_MS);
+  return { dir, typecheck: await compileApp(cache, dir, TSC, 'out', TSC_TIMEOUT_MS) };
 }
 
 const CONSUMER_TSCONFIG = {
@@ -329,6 +291,8 @@ describe('the npm package: packed, then installed in a fresh Nest 12 app', () =>
   let files: string[];
   let extracted: string;
   let manifest: PackageJson;
+  let freshApp: Promise<PreparedApp>;
+  let matrix: Map<string, Promise<PreparedApp>>;
 
   beforeAll(async () => {
     work = await mkdtemp(join(tmpdir(), 'redis-lock-pack-'));
@@ -344,10 +308,15 @@ describe('the npm package: packed, then installed in a fresh Nest 12 app', () =>
       'npm',
       ['pack', '--json', '--pack-destination', work, ...NPM_FLAGS],
       packageDir,
-      80_000,
+      150_000,
     );
     [packed] = JSON.parse(stdout) as [typeof packed];
     tarball = join(work, packed.filename);
+
+    // The apps install (or take from the cache) while the tests below run; each awaits its own.
+    freshApp = prepareFreshApp(work, tarball);
+    freshApp.catch(() => undefined); // reported by the fresh app's beforeAll
+    matrix = prepareMatrix(work, tarball);
 
     extracted = join(work, 'extracted');
     await mkdir(extracted);
@@ -355,10 +324,10 @@ describe('the npm package: packed, then installed in a fresh Nest 12 app', () =>
     extracted = join(extracted, 'package');
     files = await listFiles(extracted);
     manifest = await readJson<PackageJson>(join(extracted, 'package.json'));
-  }, 90_000);
+  }, 180_000);
 
   afterAll(async () => {
-    for (const child of running) killGroup(child);
+    killAll();
     if (work) await rm(work, { recursive: true, force: true });
   });
 
@@ -516,41 +485,8 @@ describe('the npm package: packed, then installed in a fresh Nest 12 app', () =>
     let typecheck: RunResult;
 
     beforeAll(async () => {
-      app = join(work!, 'app');
-      await mkdir(app);
-      const dependencies: Record<string, string> = { 'nestjs-redis-lock': `file:${tarball}` };
-      for (const name of [
-        '@nestjs/common',
-        '@nestjs/core',
-        '@nestjs/platform-express',
-        // The optional peers of nestjs-redis-lock/health and /telemetry, so every entry point loads.
-        '@nestjs/terminus',
-        '@opentelemetry/api',
-        'ioredis',
-        'reflect-metadata',
-        'rxjs',
-      ])
-        dependencies[name] = await installedVersion(name);
-      await writeFile(
-        join(app, 'package.json'),
-        JSON.stringify(
-          {
-            name: 'fresh-nest-app',
-            private: true,
-            type: 'module',
-            dependencies,
-            devDependencies: { '@types/node': await installedVersion('@types/node') },
-          },
-          null,
-          2,
-        ),
-      );
-      await mustRun('npm install', 'npm', ['install', ...NPM_FLAGS], app, 45_000);
-
-      await writeFile(join(app, 'tsconfig.json'), JSON.stringify(CONSUMER_TSCONFIG, null, 2));
-      await writeFile(join(app, 'main.ts'), CONSUMER_MAIN);
-      typecheck = await run(process.execPath, [TSC, '-p', 'tsconfig.json'], app, 40_000);
-    }, 90_000);
+      ({ dir: app, typecheck } = await freshApp);
+    }, PREPARE_TIMEOUT_MS);
 
     it('is a real install of the packed files, without the optional transport peers', async () => {
       const installed = join(app, 'node_modules/nestjs-redis-lock');
@@ -642,5 +578,13 @@ describe('the npm package: packed, then installed in a fresh Nest 12 app', () =>
       );
       expect(JSON.parse(health.stdout)).toMatchObject({ quorum: true, up: 1 });
     });
+  });
+
+  describe('the compatibility matrix: CommonJS and ESM apps, Nest 11 and 12, ioredis 5 and 6', () => {
+    describeCompatMatrix(() => ({
+      prepared: matrix,
+      version: manifest.version,
+      redisUrl: redis.nodes[0]!.url,
+    }));
   });
 });
