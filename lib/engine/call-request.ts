@@ -1,12 +1,12 @@
 import type { EngineContext } from './engine-context.js';
 import { LockOptionsError } from './lock-errors.js';
 import {
-  checkMs,
   type ResolvedEngineOptions,
   type ResolvedRetry,
   type RetryOptions,
   type UsingOptions,
 } from './lock-options.js';
+import { checkMs } from './option-checks.js';
 import type { RoundResult } from './quorum-round.js';
 import { lineLease } from './retry-delay.js';
 

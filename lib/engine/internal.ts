@@ -4,7 +4,8 @@
 export * from './index.js';
 export { normalizeResources, resourceProblem } from './lock-engine.js';
 export { describeResources } from './lock-errors.js';
-export { resolveEngineOptions, type ResolvedEngineOptions } from './lock-options.js';
+export { type ResolvedEngineOptions } from './lock-options.js';
+export { resolveEngineOptions } from './resolve-options.js';
 export { findRisks, type ClusterFacts, type NodeFacts, type ServerFacts } from './node-checks.js';
 // Administration for operators (the command-line tool): verdicts, node errors, counter
 // lifetimes and set-up risks, read through the engine's nodes so the tool needs no client.
@@ -19,7 +20,9 @@ export {
 export { collectRisks } from './node-checks.js';
 // What the Nest layer and the testing entry point use besides the public names.
 export { keepAlive } from './keep-alive.js';
-export { checkMs, rejectUnknownOptions, resolveRetry, type ResolvedRetry } from './lock-options.js';
+export { type ResolvedRetry } from './lock-options.js';
+export { checkMs, resolveRetry } from './option-checks.js';
+export { rejectUnknownOptions } from './resolve-options.js';
 export type { LockOwner } from './lock.js';
 export { judgeInspection } from './lock-admin.js';
 export { retryDelay } from './retry-delay.js';

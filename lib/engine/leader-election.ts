@@ -8,7 +8,8 @@ import {
   LockError,
   LockOptionsError,
 } from './lock-errors.js';
-import { checkMs, MAX_TIMER_MS, type RetryOptions } from './lock-options.js';
+import { type RetryOptions } from './lock-options.js';
+import { checkMs, MAX_TIMER_MS } from './option-checks.js';
 
 /** Why a term ended: its lease was lost, the leader stepped down, or the election was closed. */
 export type RetirementReason = 'lost' | 'stepped-down' | 'closed';

@@ -2,7 +2,7 @@ import type { EngineContext } from './engine-context.js';
 import type { Lock, ReleaseResult } from './lock.js';
 import { LockLostError, LockUnavailableError } from './lock-errors.js';
 import type { LockNode } from './lock-node.js';
-import { checkMs } from './lock-options.js';
+import { checkMs } from './option-checks.js';
 import { quorumRound, roundFailures } from './quorum-round.js';
 
 const isOne = (reply: unknown) => reply === 1;

@@ -10,9 +10,6 @@ import { LockAdmin, type LockHealth, type LockInspection } from './lock-admin.js
 import { LockAttempts, type LockRequest } from './lock-attempt.js';
 import { LockNode } from './lock-node.js';
 import {
-  checkMs,
-  resolveEngineOptions,
-  resolveRetry,
   type AcquireOptions,
   type LockEngineOptions,
   type ResolvedEngineOptions,
@@ -20,6 +17,8 @@ import {
   type RetryOptions,
   type UsingOptions,
 } from './lock-options.js';
+import { checkMs, resolveRetry } from './option-checks.js';
+import { resolveEngineOptions } from './resolve-options.js';
 import { leaseValue } from './lease-value.js';
 import { extendLease, releaseLease } from './lease-rounds.js';
 import { renewLease } from './lease-renewal.js';

@@ -3,13 +3,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Cluster, Redis, ReplyError, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { runBySlot } from './cluster-scripts.js';
 import { ALL_SCRIPTS, BATCH, BATCHABLE, type LuaScript } from './lua-scripts.js';
-import {
-  isClusterClient,
-  isClusterSpec,
-  isRedisClient,
-  type ClusterNodeSpec,
-  type LockNodeSpec,
-} from './lock-options.js';
+import { type ClusterNodeSpec, type LockNodeSpec } from './lock-options.js';
+import { isClusterClient, isClusterSpec, isRedisClient } from './node-specs.js';
 
 /**
  * How a node keeps its data: one server, a master found through Sentinel,

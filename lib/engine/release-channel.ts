@@ -1,6 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
 import { closeSentinelWatch, type LockNode } from './lock-node.js';
-import { isClusterClient } from './lock-options.js';
+import { isClusterClient } from './node-specs.js';
 import { bounded } from './time-bound.js';
 
 /** How long a channel stays subscribed after its last waiter left, to spare churn on hot keys. */
