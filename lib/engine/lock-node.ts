@@ -1,8 +1,10 @@
 import { once } from 'node:events';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { Cluster, Redis, ReplyError, type ClusterOptions, type RedisOptions } from 'ioredis';
+import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { runBySlot } from './cluster-scripts.js';
-import { ALL_SCRIPTS, BATCH, BATCHABLE, type LuaScript } from './lua-scripts.js';
+import type { LuaScript } from './lua-scripts.js';
+import { ScriptLoader } from './script-loader.js';
+import { bounded } from './time-bound.js';
+import { TurnBatch } from './turn-batch.js';
 import { type ClusterNodeSpec, type LockNodeSpec } from './lock-options.js';
 import { isClusterClient, isClusterSpec, isRedisClient } from './node-specs.js';
 
@@ -57,26 +59,6 @@ const OWNED_CLUSTER_DEFAULTS: ClusterOptions = {
   },
 };
 
-/** A script call waiting in {@link LockNode.run} for the end of its turn of the event loop. */
-interface PendingCall {
-  readonly script: LuaScript;
-  readonly keys: readonly string[];
-  readonly args: readonly (string | number)[];
-  resolve(reply: unknown): void;
-  reject(error: unknown): void;
-}
-
-/** A call's failure in a {@link BATCH} reply: `{"err": message}`. */
-function isErrorReply(reply: unknown): reply is { err: string } {
-  return typeof reply === 'object' && reply !== null && !Array.isArray(reply);
-}
-
-/** Where each lock script stands in {@link BATCH} (Lua counts from 1). */
-const BATCH_INDEX = new Map(BATCHABLE.map((script, i) => [script, i + 1]));
-
-/** The most calls one BATCH command carries, to keep each script run short. */
-const MAX_BATCH = 64;
-
 /** One lock node as the engine sees it: a server, a Sentinel-managed master, or a whole Redis Cluster. */
 export class LockNode {
   /**
@@ -87,6 +69,10 @@ export class LockNode {
   readonly topology: LockNodeTopology;
   /** The connection's last error, to say why a node that is not ready failed. */
   private lastError: Error | undefined;
+  /** Runs the scripts by SHA, loaded on each connection before its first call. */
+  private readonly scripts: ScriptLoader;
+  /** A server's calls of one turn, sent together (unused on a cluster: calls go by slot). */
+  private readonly batch: TurnBatch;
 
   private constructor(
     readonly client: Redis | Cluster,
@@ -109,6 +95,8 @@ export class LockNode {
     }
     client.on('error', (error: Error) => (this.lastError = error));
     client.on('ready', () => (this.lastError = undefined));
+    this.scripts = new ScriptLoader(client, this.topology === 'cluster', () => this.servers());
+    this.batch = new TurnBatch(this.scripts.run);
   }
 
   static from(spec: LockNodeSpec): LockNode {
@@ -184,7 +172,7 @@ export class LockNode {
   async connect(timeoutMs: number): Promise<boolean> {
     const ready = await this.open(timeoutMs);
     // A cluster's masters get the scripts now; a server's connection gets them before its first call.
-    if (ready && this.topology === 'cluster') this.loadClusterScripts();
+    if (ready && this.topology === 'cluster') this.scripts.loadEverywhere();
     return ready;
   }
 
@@ -232,12 +220,7 @@ export class LockNode {
    * caches it again). On a cluster, keys of several slots make one call per
    * slot, all or nothing (see cluster-scripts.ts). On a server, the calls
    * made in the same turn of the event loop leave together, in order: the
-   * lock scripts among them as one {@link BATCH} command (see {@link flush}).
-   * A turn, not a tick: requests that arrive on separate connections (HTTP
-   * requests, each in an I/O callback of its own) are handled in one turn
-   * when they arrive together, and their locks then share a command. The
-   * calls go out in the turn's check phase (setImmediate), right after the
-   * I/O callbacks that made them, never a timer's delay later.
+   * lock scripts among them as one BATCH command (see {@link TurnBatch}).
    */
   run(
     script: LuaScript,
@@ -247,131 +230,9 @@ export class LockNode {
     if (this.client.status !== 'ready' && this.lastError && this.owned) {
       return Promise.reject(new Error(`not connected (${this.lastError.message})`));
     }
-    if (this.topology === 'cluster') return runBySlot(script, keys, args, this.runInSlot);
-    return new Promise((resolve, reject) => {
-      if (this.pending.push({ script, keys, args, resolve, reject }) === 1) {
-        setImmediate(this.flush);
-      }
-    });
+    if (this.topology === 'cluster') return runBySlot(script, keys, args, this.scripts.run);
+    return this.batch.run(script, keys, args);
   }
-
-  /** Calls waiting for the end of the turn (see {@link run}). */
-  private pending: PendingCall[] = [];
-
-  /**
-   * Sends the calls of one turn in their order: each run of consecutive lock
-   * scripts (up to {@link MAX_BATCH}) as one BATCH command, a lone call or
-   * any other script by itself.
-   * One command instead of one per call spares the node its per-command work
-   * and the client a command object, a promise and a reply each.
-   */
-  private readonly flush = (): void => {
-    const calls = this.pending;
-    this.pending = [];
-    let i = 0;
-    while (i < calls.length) {
-      let end = i;
-      while (end < calls.length && end - i < MAX_BATCH && BATCH_INDEX.has(calls[end].script)) end++;
-      if (end - i < 2) {
-        const call = calls[i++];
-        this.runInSlot(call.script, call.keys, call.args).then(call.resolve, call.reject);
-        continue;
-      }
-      this.runBatch(calls.slice(i, end));
-      i = end;
-    }
-  };
-
-  private runBatch(calls: readonly PendingCall[]): void {
-    const keys: string[] = [];
-    const list: [number, number, string[]][] = [];
-    for (const call of calls) {
-      for (const key of call.keys) keys.push(key);
-      list.push([BATCH_INDEX.get(call.script)!, call.keys.length, call.args.map(String)]);
-    }
-    this.runInSlot(BATCH, keys, [JSON.stringify(list)]).then(
-      (encoded) => {
-        let replies: unknown[];
-        try {
-          replies = JSON.parse(encoded as string) as unknown[];
-        } catch (error) {
-          for (const call of calls) call.reject(error);
-          return;
-        }
-        calls.forEach((call, k) => {
-          const reply = replies[k];
-          if (isErrorReply(reply)) call.reject(new ReplyError(reply.err));
-          else call.resolve(reply);
-        });
-      },
-      (error: unknown) => {
-        for (const call of calls) call.reject(error);
-      },
-    );
-  }
-
-  /**
-   * The connection the scripts were last loaded on. A server's script cache
-   * is empty after a restart, and a call by SHA would then fail (NOSCRIPT).
-   * Re-sending such a call once its NOSCRIPT arrives would let calls made
-   * after it run before it (a failed attempt's clean-up before its own
-   * acquisition, which then leaves a key nobody holds), so every script is
-   * loaded on a new connection ahead of its first call instead: the
-   * connection delivers commands in order, so no call by SHA arrives before
-   * its script.
-   */
-  private scriptsLoadedOn: unknown;
-  /** Why the last load of the scripts failed (an ACL without EVAL, say). */
-  private loadError: Error | undefined;
-  /** Script calls sent so far: a NOSCRIPT is re-sent only when no call left after it. */
-  private sent = 0;
-
-  private loadScripts(server: Redis): void {
-    const connection = server.status === 'ready' ? server.stream : undefined;
-    if (connection !== undefined && connection === this.scriptsLoadedOn) return;
-    // Not connected yet (a client of the caller's that queues commands): the loads queue ahead.
-    this.scriptsLoadedOn = connection;
-    for (const script of ALL_SCRIPTS)
-      server.eval(script.source, 0).then(this.loaded, this.notLoaded);
-  }
-
-  private readonly loaded = () => (this.loadError = undefined);
-  private readonly notLoaded = (error: unknown) => {
-    this.loadError = error instanceof Error ? error : new Error(String(error));
-  };
-
-  /** Loads the scripts on every master of a cluster (see {@link scriptsLoadedOn}). */
-  private loadClusterScripts(): void {
-    for (const server of this.servers()) {
-      for (const script of ALL_SCRIPTS)
-        server.eval(script.source, 0).then(this.loaded, this.notLoaded);
-    }
-  }
-
-  private readonly runInSlot = (
-    script: LuaScript,
-    keys: readonly string[],
-    args: readonly (string | number)[],
-    resent = false,
-  ): Promise<unknown> => {
-    const { client } = this;
-    if (this.topology !== 'cluster') this.loadScripts(client as Redis);
-    const sequence = ++this.sent;
-    return client.evalsha(script.sha, keys.length, ...keys, ...args).catch((error: unknown) => {
-      if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
-      // The cache was flushed under a live connection (SCRIPT FLUSH), or a cluster's master is
-      // new: the call did not run. Loaded again, and re-sent only if nothing left after it.
-      if (this.topology === 'cluster') this.loadClusterScripts();
-      else this.scriptsLoadedOn = undefined;
-      if (!resent && sequence === this.sent) return this.runInSlot(script, keys, args, true);
-      throw (
-        this.loadError ??
-        new Error(
-          `the node had not loaded the lock scripts (${error.message.split('\n')[0]}); they are loaded again for the next call`,
-        )
-      );
-    });
-  };
 
   async close(): Promise<void> {
     const { client } = this;
@@ -385,13 +246,12 @@ export class LockNode {
     // once() also rejects on an 'error' event (a reset socket, say): closing goes on regardless.
     const ended = once(client, 'end').catch(() => undefined);
     // Bounded: a node that hangs (a paused process, a black hole) never answers QUIT.
-    const quit = client.quit().then(
+    const answered = await bounded(client.quit(), 1000, { unref: true }).then(
       () => true,
       () => false,
     );
-    const answered = await Promise.race([quit, sleep(1000, false, { ref: false })]);
     if (!answered) client.disconnect();
-    await Promise.race([ended, sleep(1000, undefined, { ref: false })]);
+    await bounded(ended, 1000, { unref: true }).catch(() => undefined);
     // A QUIT that failed (the socket was reset under it) leaves a client that reconnects and
     // keeps the process alive: end it for good.
     if ((client.status as string) !== 'end') client.disconnect();

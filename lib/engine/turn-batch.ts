@@ -1,0 +1,104 @@
+import { ReplyError } from 'ioredis';
+import { BATCH, BATCHABLE, type LuaScript } from './lua-scripts.js';
+import type { ScriptCall } from './script-loader.js';
+
+/** A script call waiting in {@link LockNode.run} for the end of its turn of the event loop. */
+interface PendingCall {
+  readonly script: LuaScript;
+  readonly keys: readonly string[];
+  readonly args: readonly (string | number)[];
+  resolve(reply: unknown): void;
+  reject(error: unknown): void;
+}
+
+/** A call's failure in a {@link BATCH} reply: `{"err": message}`. */
+function isErrorReply(reply: unknown): reply is { err: string } {
+  return typeof reply === 'object' && reply !== null && !Array.isArray(reply);
+}
+
+/** Where each lock script stands in {@link BATCH} (Lua counts from 1). */
+const BATCH_INDEX = new Map(BATCHABLE.map((script, i) => [script, i + 1]));
+
+/** The most calls one BATCH command carries, to keep each script run short. */
+const MAX_BATCH = 64;
+
+/**
+ * The script calls made on one server in the same turn of the event loop,
+ * sent together at its end, in order: each run of lock scripts as one
+ * {@link BATCH} command. A turn, not a tick: requests that arrive on separate
+ * connections (HTTP requests, each in an I/O callback of its own) are handled
+ * in one turn when they arrive together, and their locks then share a
+ * command. The calls go out in the turn's check phase (setImmediate), right
+ * after the I/O callbacks that made them, never a timer's delay later.
+ */
+export class TurnBatch {
+  /** Calls waiting for the end of the turn. */
+  private pending: PendingCall[] = [];
+
+  constructor(private readonly send: ScriptCall) {}
+
+  /** Queues a call for the end of this turn. */
+  run(
+    script: LuaScript,
+    keys: readonly string[],
+    args: readonly (string | number)[],
+  ): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      if (this.pending.push({ script, keys, args, resolve, reject }) === 1) {
+        setImmediate(this.flush);
+      }
+    });
+  }
+
+  /**
+   * Sends the calls of one turn in their order: each run of consecutive lock
+   * scripts (up to {@link MAX_BATCH}) as one BATCH command, a lone call or
+   * any other script by itself.
+   * One command instead of one per call spares the node its per-command work
+   * and the client a command object, a promise and a reply each.
+   */
+  private readonly flush = (): void => {
+    const calls = this.pending;
+    this.pending = [];
+    let i = 0;
+    while (i < calls.length) {
+      let end = i;
+      while (end < calls.length && end - i < MAX_BATCH && BATCH_INDEX.has(calls[end].script)) end++;
+      if (end - i < 2) {
+        const call = calls[i++];
+        this.send(call.script, call.keys, call.args).then(call.resolve, call.reject);
+        continue;
+      }
+      this.runBatch(calls.slice(i, end));
+      i = end;
+    }
+  };
+
+  private runBatch(calls: readonly PendingCall[]): void {
+    const keys: string[] = [];
+    const list: [number, number, string[]][] = [];
+    for (const call of calls) {
+      for (const key of call.keys) keys.push(key);
+      list.push([BATCH_INDEX.get(call.script)!, call.keys.length, call.args.map(String)]);
+    }
+    this.send(BATCH, keys, [JSON.stringify(list)]).then(
+      (encoded) => {
+        let replies: unknown[];
+        try {
+          replies = JSON.parse(encoded as string) as unknown[];
+        } catch (error) {
+          for (const call of calls) call.reject(error);
+          return;
+        }
+        calls.forEach((call, k) => {
+          const reply = replies[k];
+          if (isErrorReply(reply)) call.reject(new ReplyError(reply.err));
+          else call.resolve(reply);
+        });
+      },
+      (error: unknown) => {
+        for (const call of calls) call.reject(error);
+      },
+    );
+  }
+}
