@@ -49,10 +49,18 @@ module.exports = {
     {
       name: 'engine-through-its-barrels',
       comment:
-        'The Nest layer and the entry points built on it import the engine through lib/engine/index.ts (its public names) or lib/engine/internal.ts (what the package shares besides), never one of its files: the engine moves code between its files freely.',
+        'Every other part of the package (the Nest layer, the CLI and the entry points) imports the engine through lib/engine/index.ts (its public names) or lib/engine/internal.ts (what the package shares besides), never one of its files: the engine moves code between its files freely. The fenced-write helpers are the one exception: they take only the error classes (lock-errors.ts), so that nestjs-redis-lock/fenced loads without the engine and ioredis.',
       severity: 'error',
-      from: { path: ['^lib/(nest|health|telemetry|testing)/', '^lib/index\\.ts$'] },
+      from: { path: ['^lib/(nest|cli|health|telemetry|testing)/', '^lib/index\\.ts$'] },
       to: { path: '^lib/engine/', pathNot: '^lib/engine/(index|internal)\\.ts$' },
+    },
+    {
+      name: 'fenced-takes-only-the-errors',
+      comment:
+        'nestjs-redis-lock/fenced loads without the engine (and so without ioredis): of the engine it imports the error classes only.',
+      severity: 'error',
+      from: { path: '^lib/fenced/' },
+      to: { path: '^lib/engine/', pathNot: '^lib/engine/lock-errors\\.ts$' },
     },
     {
       name: 'nest-through-its-barrels',
