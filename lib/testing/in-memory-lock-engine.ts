@@ -1,10 +1,8 @@
-import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import {
   callTimings,
   checkCallOptions,
   checkMs,
-  judgeInspection,
   Lock,
   LockAbortedError,
   LockBusyError,
@@ -26,8 +24,6 @@ import {
   type LockInspection,
   type LockNodeSpec,
   type LockOwner,
-  type NodeFailure,
-  type NodeLockState,
   type NodeResults,
   type ReleaseResult,
   type ResolvedEngineOptions,
@@ -35,6 +31,48 @@ import {
   type UsingOptions,
 } from '../engine/internal.js';
 import { markLockFailure } from '../nest/internal.js';
+import {
+  deleteEverywhere,
+  inspectNodes,
+  listHeld,
+  nodeHealth,
+  raiseFences,
+} from './memory-admin.js';
+import {
+  expireLease,
+  grantsOf,
+  holdElsewhere,
+  lockedOnQuorum,
+  resetState,
+  setNodesDown,
+  type ForeignHold,
+} from './memory-hooks.js';
+import {
+  emptyLine,
+  leaveLine,
+  lineUp,
+  pause,
+  someoneAhead,
+  wakeFor,
+  type LineRequest,
+} from './memory-line.js';
+import {
+  drift,
+  grantOnNodes,
+  holderOn,
+  lockKey,
+  nodeSpecs,
+  randomValue,
+  results,
+  nodeRound,
+  simulateNodes,
+  up,
+  vote,
+} from './memory-nodes.js';
+import type { LockGrant, MemoryState } from './memory-state.js';
+
+export type { ForeignHold } from './memory-hooks.js';
+export type { LockGrant } from './memory-state.js';
 
 /**
  * Options of {@link InMemoryLockEngine}: those of `LockEngine`, with `nodes`
@@ -46,68 +84,13 @@ export type InMemoryLockEngineOptions = Omit<LockEngineOptions, 'nodes'> & {
   nodes?: number | readonly LockNodeSpec[];
 };
 
-/** One grant, as {@link InMemoryLockEngine.grants} reports it. */
-export interface LockGrant {
-  /** The locked resources, in the order asked for. */
+/** One acquisition, as the attempts loop tracks it. */
+interface Request extends LineRequest {
   readonly resources: readonly string[];
-  /** One fencing token per resource; empty when fencing is off. */
-  readonly tokens: readonly number[];
-  /** The first resource's token. */
-  readonly token: number | undefined;
-  /** The lease asked for, in ms. */
-  readonly ttl: number;
-  /** `'engine'`: taken through this engine; `'elsewhere'`: through {@link InMemoryLockEngine.hold}. */
-  readonly by: 'engine' | 'elsewhere';
-  /** `performance.now()` at the grant (faked along with the timers under Jest's fake timers). */
-  readonly at: number;
-}
-
-/** A lock {@link InMemoryLockEngine.hold} put in place for another process. */
-export interface ForeignHold {
-  readonly resources: readonly string[];
-  readonly tokens: readonly number[];
-  readonly token: number | undefined;
-  /** Frees it as its holder would, waking the callers waiting for it. */
-  release(): void;
-}
-
-/** A simulated Redis node: lock keys, fence counters, and whether it answers. */
-interface MemoryNode {
-  readonly label: string;
-  readonly keys: Map<string, { value: string; expiresAt: number }>;
-  readonly fences: Map<string, number>;
-  /** Set while the node is failed by the test: what every command gets. */
-  down: Error | undefined;
-}
-
-/** A caller waiting for resources, in the simulated line of each of them. */
-interface Waiter {
-  readonly keys: readonly string[];
-  /** When the call began; earlier callers go first. */
-  readonly arrival: number;
-  readonly seq: number;
-  /** Asks the waiter to attempt now. */
-  wake: () => void;
-}
-
-interface Request {
-  readonly resources: readonly string[];
-  readonly keys: readonly string[];
   readonly ttl: number;
   readonly drift: number;
   readonly retry: ResolvedRetry;
   readonly waitTimeout: number;
-  readonly signal: AbortSignal | undefined;
-  readonly started: number;
-  waiting: boolean;
-  waiter: Waiter | undefined;
-}
-
-interface Round {
-  readonly yes: number;
-  readonly no: number;
-  readonly failed: number;
-  readonly failures: NodeFailure[];
 }
 
 interface Refusal {
@@ -118,14 +101,6 @@ interface Refusal {
   readonly error: () => LockUnavailableError;
   readonly nodes: NodeResults;
 }
-
-/** The options a single call takes (`autoExtend` only with using()); the real engine's list. */
-
-/** What a failed node answers, in the words ioredis uses for a node that is down. */
-const nodeDown = (label: string) =>
-  Object.assign(new Error(`connect ECONNREFUSED ${label} (failed by the test)`), {
-    code: 'ECONNREFUSED',
-  });
 
 /**
  * The lock engine's semantics without Redis, for tests: the same methods,
@@ -146,37 +121,28 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
   readonly nodes: readonly { readonly label: string }[];
   /** floor(n / 2) + 1 */
   readonly quorum: number;
-  private readonly memory: MemoryNode[];
-  private readonly locks = new Map<string, Lock>();
+  /** The nodes, the line, the locks and the grants, shared with the files that work on them. */
+  private readonly state: MemoryState;
   private readonly owned = new WeakSet<Lock>();
-  private readonly lines = new Map<string, Waiter[]>();
-  private readonly history: LockGrant[] = [];
-  private seq = 0;
-  private closed = false;
 
   constructor(options: InMemoryLockEngineOptions = {}) {
     super();
     const { nodes = 1, ...rest } = options ?? {};
-    const count = typeof nodes === 'number' ? nodes : nodes.length;
-    if (!Number.isInteger(count) || count < 1) {
-      throw new LockOptionsError(
-        `nodes must be a number of simulated nodes from 1, or a non-empty list of node specs (got ${String(nodes)}).`,
-      );
-    }
-    const specs =
-      typeof nodes === 'number'
-        ? Array.from({ length: count }, (_, i) => `redis://memory-${i + 1}:6379`)
-        : nodes;
+    const specs = nodeSpecs(nodes);
     // The real engine's checks and defaults, so options a test passes fail here as they would there.
     this.options = resolveEngineOptions({ ...rest, nodes: specs });
-    this.memory = specs.map((spec, i) => ({
-      label: typeof nodes === 'number' ? `memory-${i + 1}` : labelOf(spec, i),
-      keys: new Map(),
-      fences: new Map(),
-      down: undefined,
-    }));
-    this.nodes = this.memory.map(({ label }) => Object.freeze({ label }));
-    this.quorum = Math.floor(count / 2) + 1;
+    const memory = simulateNodes(specs, typeof nodes === 'number');
+    this.nodes = memory.map(({ label }) => Object.freeze({ label }));
+    this.quorum = Math.floor(specs.length / 2) + 1;
+    this.state = {
+      options: this.options,
+      nodes: memory,
+      quorum: this.quorum,
+      line: emptyLine(),
+      locks: new Map(),
+      history: [],
+      closed: false,
+    };
   }
 
   // --- The engine's API ------------------------------------------------------
@@ -208,7 +174,11 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
               lock: outcome,
               attempts: attempt,
               waited: performance.now() - request.started,
-              nodes: { granted: this.up(), denied: 0, failed: this.nodes.length - this.up() },
+              nodes: {
+                granted: up(this.state),
+                denied: 0,
+                failed: this.nodes.length - up(this.state),
+              },
             });
           }
           return outcome;
@@ -240,14 +210,16 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
         let delay = retryDelay(request.retry, attempt);
         if (outcome.retryAfter !== undefined) delay = Math.min(delay, outcome.retryAfter + 1);
         if (outcome.busy) {
-          this.lineUp(request);
+          lineUp(this.state.line, request);
           // Refused only for the line, and first in it now that it stands there: ask at once.
-          if (outcome.behindLine && !this.someoneAhead(request)) delay = 0;
+          if (outcome.behindLine && !someoneAhead(this.state.line, request)) delay = 0;
         }
-        await this.pause(Math.min(delay, deadline - now), request, attempt);
+        await pause(Math.min(delay, deadline - now), request, (reason) =>
+          this.failed(request, attempt, new LockAbortedError(request.resources, reason)),
+        );
       }
     } finally {
-      if (request.waiter) this.leaveLine(request.waiter, acquired);
+      if (request.waiter) leaveLine(this.state.line, request.waiter, acquired);
     }
   }
 
@@ -293,14 +265,14 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
       lock.lost('its lease ran out before the extension');
       throw new LockLostError(lock.resources, 'its lease ran out before the extension');
     }
-    const round = this.round((node) => {
-      if (!lock.keys.every((key) => this.holderOn(node, key, start) === lock.value)) return false;
+    const round = nodeRound(this.state, (node) => {
+      if (!lock.keys.every((key) => holderOn(node, key, start) === lock.value)) return false;
       for (const key of lock.keys)
         node.keys.set(key, { value: lock.value, expiresAt: start + ttl });
       return true;
     });
     if (round.yes >= this.quorum) {
-      lock.renewed(start + ttl - this.drift(ttl));
+      lock.renewed(start + ttl - drift(this.options, ttl));
       if (this.listenerCount('extended') > 0)
         this.emit('extended', { lock, duration: 0, nodes: results(round) });
       return lock;
@@ -332,13 +304,14 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
     const start = performance.now();
     if (lock.validUntil <= start) lock.lost('its lease ran out before it was released');
     lock.released();
-    const round = this.round((node) => {
-      if (!lock.keys.every((key) => this.holderOn(node, key, start) === lock.value)) return false;
+    const round = nodeRound(this.state, (node) => {
+      if (!lock.keys.every((key) => holderOn(node, key, start) === lock.value)) return false;
       for (const key of lock.keys) node.keys.delete(key);
       return true;
     });
-    for (const key of lock.keys) if (this.locks.get(key) === lock) this.locks.delete(key);
-    this.wakeFor(lock.keys);
+    for (const key of lock.keys)
+      if (this.state.locks.get(key) === lock) this.state.locks.delete(key);
+    wakeFor(this.state.line, lock.keys);
     if (round.failures.length > 0) {
       this.options.logger.warn(
         `Release of ${lock.resources.join(', ')} did not reach ${round.failures.length} node(s); ` +
@@ -373,108 +346,32 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
 
   /** What every simulated node holds for `resource`, as `LockEngine.inspect()` reports it. */
   async inspect(resource: string): Promise<LockInspection> {
-    const key = this.lockKey(normalizeResources(resource)[0]!);
-    const now = performance.now();
-    const nodes = this.memory.map((node): NodeLockState => {
-      if (node.down)
-        return {
-          node: node.label,
-          holder: undefined,
-          ttl: undefined,
-          fence: undefined,
-          error: node.down.message,
-        };
-      const entry = node.keys.get(key);
-      const live = entry && entry.expiresAt > now ? entry : undefined;
-      return {
-        node: node.label,
-        holder: live?.value ?? null,
-        ttl: live ? leaseLeft(live.expiresAt, now) : -2,
-        fence: this.fenceOn(node, key) ?? null,
-      };
-    });
-    return judgeInspection(normalizeResources(resource)[0]!, nodes, this.quorum);
+    return inspectNodes(this.state, resource);
   }
 
   /** Locked resources whose name matches `pattern` (a Redis glob), sorted. */
   async list(pattern = '*', limit = 1000): Promise<string[]> {
-    const match = globToRegExp(pattern);
-    const now = performance.now();
-    const seen = new Map<string, number>();
-    const answering = this.memory.filter((node) => !node.down);
-    for (const node of answering) {
-      for (const [key, entry] of node.keys) {
-        if (entry.expiresAt <= now) continue;
-        const resource = key.slice(this.options.keyPrefix.length + 1, -1);
-        if (match.test(resource)) seen.set(resource, (seen.get(resource) ?? 0) + 1);
-      }
-    }
-    // As the real engine counts: a quorum, or as many as a held lock can show with nodes silent.
-    const needed = Math.max(1, this.quorum - (this.memory.length - answering.length));
-    return [...seen]
-      .filter(([, count]) => count >= needed)
-      .map(([resource]) => resource)
-      .sort()
-      .slice(0, limit);
+    return listHeld(this.state, pattern, limit);
   }
 
   /** Deletes a lock on every node, whoever holds it, and wakes its waiters. Returns how many nodes had it. */
   async forceRelease(resource: string): Promise<number> {
-    const key = this.lockKey(normalizeResources(resource)[0]!);
-    const now = performance.now();
-    let had = 0;
-    for (const node of this.memory) {
-      if (node.down) continue;
-      if (this.holderOn(node, key, now) !== undefined) had++;
-      node.keys.delete(key);
-    }
-    this.locks.delete(key);
-    this.wakeFor([key]);
-    return had;
+    return deleteEverywhere(this.state, resource);
   }
 
   /** Raises every fence counter matching `pattern` to the highest value any node has for it. */
   async reseedFences(pattern = '*'): Promise<Record<string, number>> {
-    const match = globToRegExp(pattern);
-    const highest = new Map<string, number>();
-    for (const node of this.memory)
-      for (const [counter, value] of node.fences) {
-        const resource = counter === '' ? '' : counter.slice(this.options.keyPrefix.length + 1, -1);
-        if (counter === '' || match.test(resource))
-          highest.set(counter, Math.max(highest.get(counter) ?? 0, value));
-      }
-    const raised: Record<string, number> = {};
-    for (const node of this.memory) {
-      raised[node.label] = 0;
-      if (node.down) continue;
-      for (const [counter, value] of highest) {
-        if ((node.fences.get(counter) ?? 0) < value) {
-          node.fences.set(counter, value);
-          raised[node.label]++;
-        }
-      }
-    }
-    return raised;
+    return raiseFences(this.state, pattern);
   }
 
   /** Every node up unless failed by {@link failNodes}; latency 0. */
   async health(): Promise<LockHealth> {
-    const nodes = this.memory.map((node) => ({
-      node: node.label,
-      up: !node.down,
-      latency: node.down ? undefined : 0,
-      error: node.down?.message,
-    }));
-    return {
-      quorum: nodes.filter((n) => n.up).length >= this.quorum,
-      required: this.quorum,
-      nodes,
-    };
+    return nodeHealth(this.state);
   }
 
   /** After this, acquisitions fail as they do on a closed `LockEngine`. */
   async close(): Promise<void> {
-    this.closed = true;
+    this.state.closed = true;
   }
 
   // --- Hooks for tests ---------------------------------------------------------
@@ -487,36 +384,7 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
    * LockBusyError when the resources are held already.
    */
   hold(resources: string | readonly string[], options: { ttl?: number } = {}): ForeignHold {
-    const list = normalizeResources(resources);
-    const ttl = options.ttl === undefined ? this.options.ttl : checkMs('ttl', options.ttl, 1);
-    const keys = list.map((resource) => this.lockKey(resource));
-    const now = performance.now();
-    const busy = keys.filter((key) => this.heldOnQuorum(key, now));
-    if (busy.length > 0) {
-      throw new LockBusyError(
-        list,
-        undefined,
-        `hold() cannot take ${list.join(', ')}: it is held already; release or expire() it first.`,
-      );
-    }
-    const answering = this.memory.filter((node) => !node.down);
-    if (answering.length < this.quorum) {
-      const failures = this.round(() => true).failures;
-      throw new LockUnavailableError(list, failures, this.quorum, this.nodes.length);
-    }
-    const value = `elsewhere:${randomValue()}`;
-    const tokens = this.grantOnNodes(keys, value, ttl, now, answering);
-    this.history.push({ resources: list, tokens, token: tokens[0], ttl, by: 'elsewhere', at: now });
-    return {
-      resources: list,
-      tokens,
-      token: tokens[0],
-      release: () => {
-        for (const node of this.memory)
-          for (const key of keys) if (node.keys.get(key)?.value === value) node.keys.delete(key);
-        this.wakeFor(keys);
-      },
-    };
+    return holdElsewhere(this.state, resources, options);
   }
 
   /**
@@ -527,12 +395,7 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
    * reports `released: false`.
    */
   expire(resource: string): void {
-    const key = this.lockKey(normalizeResources(resource)[0]!);
-    for (const node of this.memory) node.keys.delete(key);
-    const lock = this.locks.get(key);
-    this.locks.delete(key);
-    lock?.lost('its lease ran out (ended by the test)');
-    this.wakeFor([key]);
+    expireLease(this.state, resource);
   }
 
   /**
@@ -541,24 +404,22 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
    * than a quorum answering, calls fail with LockUnavailableError.
    */
   failNodes(...indexes: number[]): void {
-    for (const i of this.indexes(indexes)) this.memory[i]!.down = nodeDown(this.memory[i]!.label);
+    setNodesDown(this.state, indexes, true);
   }
 
   /** The nodes at these indexes (all when none is given) answer again, with what they held. */
   restoreNodes(...indexes: number[]): void {
-    for (const i of this.indexes(indexes)) this.memory[i]!.down = undefined;
+    setNodesDown(this.state, indexes, false);
   }
 
   /** Every grant so far, oldest first: what was locked, when, by whom, with which tokens. */
   grants(resource?: string): readonly LockGrant[] {
-    return resource === undefined
-      ? [...this.history]
-      : this.history.filter((grant) => grant.resources.includes(resource));
+    return grantsOf(this.state, resource);
   }
 
   /** True while a quorum of the nodes holds `resource` for someone (this engine or not). */
   isLocked(resource: string): boolean {
-    return this.heldOnQuorum(this.lockKey(normalizeResources(resource)[0]!), performance.now());
+    return lockedOnQuorum(this.state, resource);
   }
 
   /**
@@ -567,14 +428,7 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
    * to their own timers.
    */
   reset(): void {
-    for (const node of this.memory) {
-      node.keys.clear();
-      node.fences.clear();
-      node.down = undefined;
-    }
-    this.locks.clear();
-    this.history.length = 0;
-    this.closed = false;
+    resetState(this.state);
   }
 
   // --- How it works --------------------------------------------------------------
@@ -619,7 +473,7 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
   }
 
   private attempt(request: Request): Lock | Refusal {
-    if (this.closed)
+    if (this.state.closed)
       throw new LockOptionsError(
         'The lock engine is closed; locks can no longer be taken with it.',
       );
@@ -628,25 +482,11 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
     const now = performance.now();
     const value = randomValue();
     // First come, first served: an earlier caller waiting for any of these resources goes first.
-    const behindLine = this.someoneAhead(request);
-    const leases: number[] = [];
-    const granting: MemoryNode[] = [];
-    const failures: NodeFailure[] = [];
-    for (const node of this.memory) {
-      if (node.down) {
-        failures.push({ node: node.label, error: node.down });
-        continue;
-      }
-      const held = request.keys
-        .map((key) => node.keys.get(key))
-        .filter((entry) => entry !== undefined && entry.expiresAt > now);
-      if (held.length > 0) leases.push(Math.max(...held.map((e) => leaseLeft(e!.expiresAt, now))));
-      else if (behindLine) leases.push(-3);
-      else granting.push(node);
-    }
+    const behindLine = someoneAhead(this.state.line, request);
+    const { granting, leases, failures } = vote(this.state, request.keys, now, behindLine);
     if (granting.length >= this.quorum) {
       const validUntil = now + request.ttl - request.drift;
-      const tokens = this.grantOnNodes(request.keys, value, request.ttl, now, granting);
+      const tokens = grantOnNodes(this.options, request.keys, value, request.ttl, now, granting);
       const lock = new Lock(
         this,
         request.resources,
@@ -657,8 +497,8 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
         validUntil,
       );
       this.owned.add(lock);
-      for (const key of request.keys) this.locks.set(key, lock);
-      this.history.push({
+      for (const key of request.keys) this.state.locks.set(key, lock);
+      this.state.history.push({
         resources: request.resources,
         tokens,
         token: tokens[0],
@@ -691,149 +531,6 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
     };
   }
 
-  /** Writes the lock on `nodes` and returns its tokens: per key, one above every node's counter. */
-  private grantOnNodes(
-    keys: readonly string[],
-    value: string,
-    ttl: number,
-    now: number,
-    nodes: readonly MemoryNode[],
-  ): number[] {
-    for (const node of nodes)
-      for (const key of keys) node.keys.set(key, { value, expiresAt: now + ttl });
-    if (!this.options.fencing) return [];
-    const perNode = this.options.fenceCounter === 'node';
-    return keys.map((key) => {
-      const counter = perNode ? '' : key;
-      let token = 0;
-      for (const node of nodes) token = Math.max(token, (node.fences.get(counter) ?? 0) + 1);
-      // The real engine's write-back: every granting node carries the token it settled on.
-      for (const node of nodes) node.fences.set(counter, token);
-      return token;
-    });
-  }
-
-  private fenceOn(node: MemoryNode, key: string): number | undefined {
-    const own = node.fences.get(key);
-    const shared = node.fences.get('');
-    if (own === undefined) return shared;
-    return shared === undefined ? own : Math.max(own, shared);
-  }
-
-  private holderOn(node: MemoryNode, key: string, now: number): string | undefined {
-    const entry = node.keys.get(key);
-    return entry && entry.expiresAt > now ? entry.value : undefined;
-  }
-
-  private heldOnQuorum(key: string, now: number): boolean {
-    let held = 0;
-    for (const node of this.memory) if (this.holderOn(node, key, now) !== undefined) held++;
-    return held >= this.quorum;
-  }
-
-  /** A round over the nodes: `apply` says whether a node that answers agreed. */
-  private round(apply: (node: MemoryNode) => boolean): Round {
-    let yes = 0;
-    let no = 0;
-    const failures: NodeFailure[] = [];
-    for (const node of this.memory) {
-      if (node.down) failures.push({ node: node.label, error: node.down });
-      else if (apply(node)) yes++;
-      else no++;
-    }
-    return { yes, no, failed: failures.length, failures };
-  }
-
-  private up(): number {
-    return this.memory.filter((node) => !node.down).length;
-  }
-
-  private someoneAhead(request: Request): boolean {
-    for (const key of request.keys) {
-      const line = this.lines.get(key);
-      if (!line) continue;
-      for (const waiter of line) {
-        if (waiter === request.waiter) continue;
-        if (
-          !request.waiter ||
-          waiter.arrival < request.waiter.arrival ||
-          (waiter.arrival === request.waiter.arrival && waiter.seq < request.waiter.seq)
-        )
-          return true;
-      }
-    }
-    return false;
-  }
-
-  /** Puts a refused caller in the line of each of its resources, by when its call began. */
-  private lineUp(request: Request): void {
-    request.waiting = true;
-    if (request.waiter) return;
-    const waiter: Waiter = {
-      keys: request.keys,
-      arrival: request.started,
-      seq: this.seq++,
-      wake: () => undefined,
-    };
-    request.waiter = waiter;
-    for (const key of request.keys) {
-      const line = this.lines.get(key) ?? [];
-      line.push(waiter);
-      line.sort((a, b) => a.arrival - b.arrival || a.seq - b.seq);
-      this.lines.set(key, line);
-    }
-  }
-
-  private leaveLine(waiter: Waiter, acquired: boolean): void {
-    for (const key of waiter.keys) {
-      const line = this.lines.get(key);
-      if (!line) continue;
-      const rest = line.filter((w) => w !== waiter);
-      if (rest.length > 0) this.lines.set(key, rest);
-      else this.lines.delete(key);
-    }
-    // Given up: whoever stood behind may go now.
-    if (!acquired) this.wakeFor(waiter.keys);
-  }
-
-  /** Wakes the first waiter in the line of each key, which asks again at once. */
-  private wakeFor(keys: readonly string[]): void {
-    for (const key of keys) this.lines.get(key)?.[0]?.wake();
-  }
-
-  /** Waits `ms`, or less when woken by a release in front of it; aborts with the caller's signal. */
-  private pause(ms: number, request: Request, attempts: number): Promise<void> {
-    request.waiting = true;
-    return new Promise<void>((resolve, reject) => {
-      const { signal } = request;
-      const done = () => {
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', aborted);
-        if (request.waiter) request.waiter.wake = () => undefined;
-      };
-      const aborted = () => {
-        done();
-        reject(
-          this.failed(request, attempts, new LockAbortedError(request.resources, signal?.reason)),
-        );
-      };
-      const timer = setTimeout(
-        () => {
-          done();
-          resolve();
-        },
-        Math.max(0, ms),
-      );
-      if (request.waiter)
-        request.waiter.wake = () => {
-          done();
-          resolve();
-        };
-      if (signal?.aborted) return aborted();
-      signal?.addEventListener('abort', aborted, { once: true });
-    });
-  }
-
   private request(resources: string | readonly string[], options: UsingOptions): Request {
     checkCallOptions(options);
     const timings = callTimings(options, this.options, (retry) =>
@@ -842,9 +539,9 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
     const list = normalizeResources(resources);
     return {
       resources: list,
-      keys: list.map((resource) => this.lockKey(resource)),
+      keys: list.map((resource) => lockKey(this.options, resource)),
       ttl: timings.ttl,
-      drift: this.drift(timings.ttl),
+      drift: drift(this.options, timings.ttl),
       retry: timings.retry,
       waitTimeout: timings.waitTimeout,
       signal: options.signal,
@@ -854,80 +551,9 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
     };
   }
 
-  private lockKey(resource: string): string {
-    return `${this.options.keyPrefix}{${resource}}`;
-  }
-
-  private drift(ttl: number): number {
-    return Math.floor(ttl * this.options.driftFactor) + 2;
-  }
-
   private checkOwn(lock: Lock): void {
     if (!(lock instanceof Lock) || !this.owned.has(lock)) {
       throw new LockOptionsError('Expected a Lock returned by acquire(), tryAcquire() or using().');
     }
   }
-
-  private indexes(indexes: readonly number[]): number[] {
-    if (indexes.length === 0) return this.memory.map((_, i) => i);
-    for (const i of indexes) {
-      if (!Number.isInteger(i) || i < 0 || i >= this.memory.length) {
-        throw new LockOptionsError(
-          `There is no node ${i}: the engine simulates ${this.memory.length} (indexes 0 to ${this.memory.length - 1}).`,
-        );
-      }
-    }
-    return [...indexes];
-  }
-}
-
-const results = (round: Round): NodeResults => ({
-  granted: round.yes,
-  denied: round.no,
-  failed: round.failed,
-});
-
-/** Whole milliseconds left, as PTTL rounds them. */
-const leaseLeft = (expiresAt: number, now: number) => Math.max(0, Math.ceil(expiresAt - now));
-
-function randomValue(): string {
-  return randomBytes(16).toString('base64url');
-}
-
-/** A node's name from its spec, as the real engine's labels read: `host:port`. */
-function labelOf(spec: LockNodeSpec, index: number): string {
-  if (typeof spec === 'string') {
-    try {
-      const url = new URL(spec);
-      return `${url.hostname}:${url.port || 6379}`;
-    } catch {
-      return `node-${index + 1}`;
-    }
-  }
-  return `node-${index + 1}`;
-}
-
-/** A Redis glob (`*`, `?`, `[...]`, `\` escapes) as a regular expression. */
-function globToRegExp(pattern: string): RegExp {
-  let source = '';
-  for (let i = 0; i < pattern.length; i++) {
-    const c = pattern[i]!;
-    if (c === '\\' && i + 1 < pattern.length) source += escapeRegExp(pattern[++i]!);
-    else if (c === '*') source += '.*';
-    else if (c === '?') source += '.';
-    else if (c === '[') {
-      const end = pattern.indexOf(']', i + 1);
-      if (end < 0) source += '\\[';
-      else {
-        const body = pattern.slice(i + 1, end);
-        source += `[${body.startsWith('^') ? `^${body.slice(1)}` : body}]`;
-        i = end;
-      }
-    } else source += escapeRegExp(c);
-  }
-  return new RegExp(`^${source}$`, 's');
-}
-
-function escapeRegExp(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\/-]/g, '\\$&');
 }
