@@ -26,6 +26,7 @@ import { fencingScenario } from './scenarios/fencing.scenario.js';
 import { handoffScenario } from './scenarios/handoff.scenario.js';
 import { httpScenario } from './scenarios/http.scenario.js';
 import { memoryScenario } from './scenarios/memory.scenario.js';
+import { plainLoopScenario } from './scenarios/plain-loop.scenario.js';
 import { sharedScenario } from './scenarios/shared.scenario.js';
 import type { Scenario, ScenarioResult } from './scenarios/scenario.js';
 import { uncontendedScenario } from './scenarios/uncontended.scenario.js';
@@ -35,11 +36,13 @@ import { compiledEngine } from './support/compiled-engine.js';
 import { CpuAccount, describeCpu } from './support/cpu-account.js';
 
 /**
- * The scenarios, run in this order. Scenario 3 reads the floors that
- * scenario 1 measured in the same run; each leaves its headline figures for
- * the targets table at the top of the report.
+ * The scenarios, run in this order: the plain loop first, since its figures
+ * are the headline. Scenario 3 reads the floors that scenario 1 measured in
+ * the same run; each leaves its headline figures for the targets table at
+ * the top of the report.
  */
 const SCENARIOS: readonly Scenario[] = [
+  plainLoopScenario, // 7
   uncontendedScenario, // 1
   handoffScenario, // 2
   fencingScenario, // 3
@@ -199,7 +202,7 @@ async function main(): Promise<number> {
       'Peers run in two configurations: **defaults**, as their READMEs set them up (plain `new Redis(url)` clients, the library’s default options: e.g. redlock’s retryDelay 200 ms with 10 retries, redlock-universal’s 3 retries and health-check PINGs, redis-semaphore’s auto-refresh timer), and **tuned +AP** (ioredis clients with `enableAutoPipelining: true`, unbounded 10 ms retries, extras off). Our engine runs with its defaults (it opens its own clients without auto-pipelining, since it batches its calls itself; the "ours, auto-pipelining clients" rows give it auto-pipelining ones).',
       'One Node.js process drives every library in turn (scenario 4: autocannon, against a Nest app in a separate Node.js process); each library gets its own fresh ioredis clients, closed after its run. ' +
         'The redis-servers share the same cores, so the figures are comparable with each other, not with a real network.',
-      `Timing: uncontended runs in ${timing.rounds} interleaved rounds of ${timing.warmupMs} ms warm-up + ${timing.measureMs} ms measured per library; ` +
+      `Timing: the plain loop and uncontended run in ${timing.rounds} interleaved rounds of ${timing.warmupMs} ms warm-up + ${timing.measureMs} ms measured per library; ` +
         `hand-off ${timing.handoffWarmupMs} ms warm-up + ${timing.handoffMeasureMs} ms measured; HTTP ${timing.httpRounds} interleaved rounds of ${timing.httpMeasureMs} ms per endpoint after a ${timing.httpWarmupMs} ms warm-up; held locks ${timing.heldLocks.toLocaleString('en-US')}; growth ${timing.growthCycles.toLocaleString('en-US')} cycles. Lease (ttl) 10 s unless stated.`,
       'Each scenario ends with the CPU it saw: this process, the bench’s redis-servers, and other processes on the machine (anything above ~0.1 core there means the figures were taken on a shared, busy machine).',
       `GC: ${typeof (globalThis as { gc?: unknown }).gc === 'function' ? '--expose-gc' : 'switched on at run time (v8.setFlagsFromString)'}; a full GC before each measurement.`,

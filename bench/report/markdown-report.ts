@@ -43,7 +43,7 @@ export function renderMarkdown(run: RunSummary, svgName: string | undefined): st
           '',
           'The performance targets, each a ratio between figures of this run (details in the sections below). ' +
             'Peers are compared in both configurations: with their **defaults** (as their READMEs set them up) and **tuned +AP** (auto-pipelining clients, 10 ms retries). ' +
-            'Verdicts compare best rounds. Where two figures were measured back to back in every round (fencing on and off; the plain and the locked endpoint), ' +
+            "The plain loop's verdicts compare median rounds; the others compare best rounds. Where two figures were measured back to back in every round (fencing on and off; the plain and the locked endpoint), " +
             '"median of paired rounds" gives the cost again as the median of the per-round ratios, which a round slowed by load from outside the bench does not skew.',
           '',
           run.targets,

@@ -12,7 +12,7 @@ import type { BenchContext } from '../support/bench-context.js';
 import { formatMs } from '../../dev/text.js';
 import { formatRate, formatRatio } from '../support/format.js';
 import { LatencyRecorder, type LatencySummary } from '../support/latency.js';
-import { uncontendedLoad } from '../support/lock-load.js';
+import { uncontendedLoad, type Timed } from '../support/lock-load.js';
 import type { ReportTable, Scenario, ScenarioResult } from './scenario.js';
 
 export const CONCURRENCY = 32;
@@ -60,7 +60,9 @@ export async function measureUncontended(
   context: BenchContext,
   contenders: readonly Contender[],
   count: number,
+  loop: { callers?: number; timed?: Timed; keyPrefix?: string } = {},
 ): Promise<UncontendedRow[]> {
+  const { callers = CONCURRENCY, timed = 'acquire', keyPrefix = 'u' } = loop;
   const { warmupMs, measureMs, rounds } = context.timing;
   const runs = contenders.map((contender) => ({
     contender,
@@ -89,11 +91,12 @@ export async function measureUncontended(
             const client0 = process.cpuUsage();
             const wall0 = performance.now();
             const loaded = await uncontendedLoad(session, {
-              concurrency: CONCURRENCY,
+              concurrency: callers,
               warmupMs,
               measureMs,
-              keyPrefix: `u:${run.contender.id}:${round}`,
+              keyPrefix: `${keyPrefix}:${run.contender.id}:${round}`,
               latency: run.latency,
+              timed,
             });
             const client = process.cpuUsage(client0);
             run.wallMicros += (performance.now() - wall0) * 1000;
@@ -130,7 +133,7 @@ export async function measureUncontended(
     context.log(
       row.error
         ? `  ${count} node(s)  ${row.contender.label}: FAILED ${row.error}`
-        : `  ${count} node(s)  ${row.contender.label.padEnd(34)} ${formatRate(row.rate).padStart(8)}/s (${spread(row.rates)})  p50 ${formatMs(row.latency.p50)}  p99 ${formatMs(row.latency.p99)}  CPU/cycle client ${row.clientCpu.toFixed(1)} µs, redis ${row.redisCpu.toFixed(1)} µs, busy ${row.busyCores.toFixed(2)} cores` +
+        : `  ${count} node(s)${callers === CONCURRENCY ? '' : `, ${callers} caller(s)`}  ${row.contender.label.padEnd(34)} ${formatRate(row.rate).padStart(8)}/s (${spread(row.rates)})  ${timed} p50 ${formatMs(row.latency.p50)}  p99 ${formatMs(row.latency.p99)}  CPU/cycle client ${row.clientCpu.toFixed(1)} µs, redis ${row.redisCpu.toFixed(1)} µs, busy ${row.busyCores.toFixed(2)} cores` +
             (row.errors ? `  errors ${row.errors}: ${row.firstError}` : ''),
     );
     return row;
@@ -165,7 +168,7 @@ export function bestPeers(
   return best;
 }
 
-function median(values: readonly number[]): number {
+export function median(values: readonly number[]): number {
   if (values.length === 0) return NaN;
   const sorted = [...values].sort((a, b) => a - b);
   const mid = sorted.length >> 1;

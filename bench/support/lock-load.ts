@@ -13,10 +13,14 @@ export interface ThroughputResult {
   readonly firstError: string | undefined;
 }
 
+/** What a latency sample spans: the acquire alone, or the whole cycle (acquire + release). */
+export type Timed = 'acquire' | 'cycle';
+
 /**
  * Closed loop, no contention: `concurrency` callers, each acquiring a fresh
  * key and releasing it, again and again. Cycles that end inside the measured
- * window (after the warm-up) count; their acquire latency goes to `latency`.
+ * window (after the warm-up) count; their acquire latency (or, with `timed:
+ * 'cycle'`, acquire + release) goes to `latency`.
  */
 export async function uncontendedLoad(
   session: ContenderSession,
@@ -26,8 +30,11 @@ export async function uncontendedLoad(
     measureMs: number;
     keyPrefix: string;
     latency?: LatencyRecorder;
+    /** Default `acquire`. */
+    timed?: Timed;
   },
 ): Promise<ThroughputResult> {
+  const wholeCycle = options.timed === 'cycle';
   const latency = options.latency ?? new LatencyRecorder();
   const start = performance.now();
   const measureFrom = start + options.warmupMs;
@@ -49,7 +56,7 @@ export async function uncontendedLoad(
         allCycles++;
         if (t2 >= measureFrom && t2 < measureTo) {
           cycles++;
-          latency.record(t1 - t0);
+          latency.record((wholeCycle ? t2 : t1) - t0);
         }
       } catch (error) {
         errors++;

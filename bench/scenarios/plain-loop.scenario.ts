@@ -1,0 +1,195 @@
+import { OURS, peersBothWays, type Contender } from '../contenders/index.js';
+import { HEADLINES, type Headlines, type PlainLoopFigures } from '../report/targets.js';
+import type { BenchContext } from '../support/bench-context.js';
+import { formatMs } from '../../dev/text.js';
+import { formatRate, formatRatio, pairedRatio } from '../support/format.js';
+import type { ReportTable, Scenario, ScenarioResult } from './scenario.js';
+import {
+  measureUncontended,
+  median,
+  spread,
+  uniqueSettings,
+  TTL,
+  type UncontendedRow,
+} from './uncontended.scenario.js';
+
+/** Callers per process: one request at a time, a few, a busy service. */
+export const PLAIN_LOOP_CALLERS = [1, 4, 32] as const;
+
+/** Ours first, then each peer with its defaults and tuned. */
+function contenders(): Contender[] {
+  return [OURS, ...peersBothWays()];
+}
+
+interface Cell {
+  readonly callers: number;
+  readonly nodes: number;
+  readonly rows: readonly UncontendedRow[];
+}
+
+/** The figures a user's loop sees: the median round's rate and the whole cycle's latency. */
+function figures(row: UncontendedRow): PlainLoopFigures {
+  return {
+    label: row.contender.label,
+    rate: median(row.rates),
+    p50: row.latency.p50,
+    p99: row.latency.p99,
+  };
+}
+
+/** Per round, the fastest peer's rate; rounds where no peer ran are NaN. */
+function bestPeerPerRound(rows: readonly UncontendedRow[]): number[] {
+  const peers = rows.filter((row) => row.contender.kind === 'peer' && !row.error);
+  const rounds = Math.max(0, ...peers.map((row) => row.rates.length));
+  return Array.from({ length: rounds }, (_, i) =>
+    Math.max(...peers.map((row) => row.rates[i] ?? NaN).filter(Number.isFinite)),
+  );
+}
+
+/** Ours and the peer with the highest median round, in one cell. */
+function summarise(cell: Cell): NonNullable<Headlines['plainLoop']>[number] {
+  const ours = cell.rows.find((row) => row.contender.kind === 'ours' && !row.error);
+  let best: UncontendedRow | undefined;
+  for (const row of cell.rows) {
+    if (row.contender.kind !== 'peer' || row.error) continue;
+    if (!best || median(row.rates) > median(best.rates)) best = row;
+  }
+  return {
+    callers: cell.callers,
+    nodes: cell.nodes,
+    ours: ours && figures(ours),
+    best: best && figures(best),
+    paired: ours ? pairedRatio(ours.rates, bestPeerPerRound(cell.rows)) : undefined,
+  };
+}
+
+export const plainLoopScenario: Scenario = {
+  number: 7,
+  id: 'plain-loop',
+  title: 'Plain loop: what an application’s own loop sees',
+  description:
+    `${PLAIN_LOOP_CALLERS.join(', ')} async callers in one process, each looping \`const lock = await tryAcquire(key); await release(lock)\` on a fresh key per cycle, ` +
+    'for our engine and every peer in both configurations, on the same nodes. ' +
+    'Interleaved rounds (every library once per round with fresh clients and a warm-up, the order reversed each round; the nodes flushed before each); ' +
+    'cycles/s is the **median round**, the latency spans the whole cycle (acquire + release) over all rounds, and the ratio is ours over the peer with the highest median round. ' +
+    'These are the headline figures.',
+  defaultNodes: [1, 3, 5],
+  async run(context: BenchContext): Promise<ScenarioResult> {
+    const cells: Cell[] = [];
+    for (const callers of PLAIN_LOOP_CALLERS) {
+      for (const nodes of context.nodeCounts(this.defaultNodes)) {
+        const rows = await measureUncontended(context, contenders(), nodes, {
+          callers,
+          timed: 'cycle',
+          keyPrefix: `plain:${callers}`,
+        });
+        cells.push({ callers, nodes, rows });
+      }
+    }
+    const summaries = cells.map(summarise);
+    const headlines = (context.shared.get(HEADLINES) ?? {}) as Headlines;
+    headlines.plainLoop = summaries;
+    context.shared.set(HEADLINES, headlines);
+    return report(cells, summaries);
+  },
+};
+
+function report(
+  cells: readonly Cell[],
+  summaries: NonNullable<Headlines['plainLoop']>,
+): ScenarioResult {
+  const summary: ReportTable = {
+    title: 'Ours against the best peer',
+    headers: [
+      'callers',
+      'nodes',
+      'ours cycles/s',
+      'best peer',
+      'its cycles/s',
+      'ours / best peer',
+      'median of per-round ratios',
+      'cycle p50: ours',
+      'best peer',
+      'cycle p99: ours',
+      'best peer',
+    ],
+    align: ['r', 'r', 'r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    rows: summaries.map((s) => [
+      String(s.callers),
+      String(s.nodes),
+      s.ours ? formatRate(s.ours.rate) : 'failed',
+      s.best?.label ?? '–',
+      s.best ? formatRate(s.best.rate) : '–',
+      s.ours ? `**${formatRatio(s.ours.rate, s.best?.rate)}**` : '–',
+      s.paired === undefined ? '–' : `${s.paired.toFixed(2)}×`,
+      s.ours ? formatMs(s.ours.p50) : '–',
+      s.best ? formatMs(s.best.p50) : '–',
+      s.ours ? formatMs(s.ours.p99) : '–',
+      s.best ? formatMs(s.best.p99) : '–',
+    ]),
+    notes: [
+      'Rates are median rounds; "best peer" is the peer (either configuration) with the highest median round in that cell.',
+      '"median of per-round ratios": in each round, ours over the fastest peer of that round, then the median over rounds; a round slowed by load from outside the bench slows every library in it, so this ratio moves less with such load than the ratio of medians.',
+    ],
+  };
+  const detail: ReportTable = {
+    title: 'Every library',
+    headers: [
+      'callers',
+      'nodes',
+      'library',
+      'cycles/s (median round)',
+      'rounds min–max',
+      'cycle p50',
+      'cycle p99',
+      'CPU µs/cycle: client',
+      'redis',
+      '× best peer',
+    ],
+    align: ['r', 'r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    rows: cells.flatMap((cell, c) =>
+      cell.rows.map((row) =>
+        row.error
+          ? [
+              String(cell.callers),
+              String(cell.nodes),
+              row.contender.label,
+              `failed: ${row.error}`,
+              ...new Array<string>(6).fill(''),
+            ]
+          : [
+              String(cell.callers),
+              String(cell.nodes),
+              row.contender.kind === 'ours' ? `**${row.contender.label}**` : row.contender.label,
+              formatRate(median(row.rates)) + (row.errors ? ` (${row.errors} errors)` : ''),
+              spread(row.rates),
+              formatMs(row.latency.p50),
+              formatMs(row.latency.p99),
+              row.clientCpu.toFixed(1),
+              row.redisCpu.toFixed(1),
+              formatRatio(median(row.rates), summaries[c].best?.rate),
+            ],
+      ),
+    ),
+    notes: [
+      `Lease (ttl) ${TTL / 1000} s; keys \`plain:<callers>:<library>:<round>:<caller>:<i>\`, never reused.`,
+      '"CPU µs/cycle": CPU time per cycle (warm-up included) in this process and in the redis-servers (all nodes together).',
+      ...uniqueSettings(cells.flatMap((cell) => cell.rows)),
+    ],
+  };
+  return {
+    tables: [summary, detail],
+    charts: [],
+    data: cells.map((cell, c) => ({
+      callers: cell.callers,
+      nodes: cell.nodes,
+      summary: summaries[c],
+      rows: cell.rows.map(({ contender, ...row }) => ({
+        id: contender.id,
+        label: contender.label,
+        medianRate: median(row.rates),
+        ...row,
+      })),
+    })),
+  };
+}
