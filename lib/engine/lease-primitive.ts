@@ -68,7 +68,7 @@ export abstract class LeasePrimitive implements LockOwner, Acquirer<LeaseRequest
   /** The nodes' line of waiters. */
   protected readonly lineKey: string;
   /**
-   * How many of this process's waiters a release wakes: every one for a
+   * @internal How many of this process's waiters a release wakes: every one for a
    * read-write lock (readers go together), one for a semaphore's permit.
    */
   protected readonly wakesPerRelease: number = Infinity;

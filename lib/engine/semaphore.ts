@@ -52,7 +52,7 @@ type Reply = [granted: 0 | 1, slotOrWait?: number, token?: number];
  * await payments.using(() => provider.charge(order));
  */
 export class Semaphore extends LeasePrimitive {
-  /** A release frees one permit: it wakes the earliest of this process's waiters, not all. */
+  /** @internal A release frees one permit: it wakes the earliest of this process's waiters, not all. */
   protected override readonly wakesPerRelease = 1;
 
   /** @internal Made by `semaphore()` (lease-parts.ts). */
