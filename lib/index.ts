@@ -37,4 +37,10 @@ export {
   type ReleaseResult,
   type RetryOptions,
   type UsingOptions,
+  ReadWriteLock,
+  ReadWriteHold,
+  type LockMode,
+  Semaphore,
+  Permit,
+  MAX_PERMITS,
 } from './engine/index.js';

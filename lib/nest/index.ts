@@ -21,7 +21,7 @@ export type {
 } from './module/redis-lock.options.js';
 export { LockService } from './module/lock.service.js';
 export type { LockLogging } from './module/lock-events.logger.js';
-export { Locked } from './locked/locked.decorator.js';
+export { Limited, Locked } from './locked/locked.decorator.js';
 export type {
   LockableMethod,
   LockedDecorator,
@@ -30,10 +30,19 @@ export type {
   LockedResult,
   LockKeyFunctionMustAcceptTheMethodArguments,
 } from './locked/locked.types.js';
-export type { LockedDefaults, LockedOptions } from './locked/locked.options.js';
+export type {
+  LimitedOptions,
+  LockedDefaults,
+  LockedMethodOptions,
+  LockedOptions,
+} from './locked/locked.options.js';
 export type { LockKey, LockKeyFunction } from './locked/lock-key.js';
 export { CurrentLock, FencingToken, LockSignal } from './locked/lock-params.decorator.js';
-export { LockKeyError, LockSetupError } from './locked/locked.errors.js';
+export {
+  LockEngineUnsupportedError,
+  LockKeyError,
+  LockSetupError,
+} from './locked/locked.errors.js';
 export { LockContext, RequestLocks, getRequestLocks } from './context/lock-context.js';
 export { LockContextInterceptor } from './context/lock-context.interceptor.js';
 export { isLockFailure, lockFailureBody, type LockFailureBody } from './context/lock-failures.js';

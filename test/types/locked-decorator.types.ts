@@ -9,6 +9,7 @@ import { Observable, of } from 'rxjs';
 import {
   CurrentLock,
   FencingToken,
+  Limited,
   Locked,
   LockSignal,
   type Lock,
@@ -167,6 +168,60 @@ export class OrdersController {
   @Locked('order:<0>')
   find(@Param('id') id: string): string {
     return id;
+  }
+}
+
+// --- Modes and permits: the same rules ----------------------------------------------------
+
+export class Modes {
+  @Locked('catalogue:<0>', { mode: 'read' })
+  async read(id: number): Promise<number> {
+    return id;
+  }
+
+  @Locked((id: number) => `catalogue:${id}`, { mode: 'write', wait: false })
+  write(id: number): Observable<number> {
+    return of(id);
+  }
+
+  // @ts-expect-error -- a mode is 'read' or 'write'
+  @Locked('catalogue:<0>', { mode: 'exclusive' })
+  async other(id: number) {
+    return id;
+  }
+
+  @Limited('exports:<0>', { permits: 2, wait: false, ttl: 2000 })
+  async export(tenant: string) {
+    return tenant;
+  }
+
+  @Limited((order: Order) => `charges:${order.customer.id}`, { permits: 4 })
+  async charge(order: Order) {
+    return order.id;
+  }
+
+  // @ts-expect-error -- LockedMethodMustReturnAPromiseOrAnObservable, for @Limited() too
+  @Limited('exports:<0>', { permits: 2 })
+  exportNow(tenant: string) {
+    return tenant;
+  }
+
+  // @ts-expect-error -- LockKeyFunctionMustAcceptTheMethodArguments, for @Limited() too
+  @Limited((order: Order) => `charges:${order.id}`, { permits: 2 })
+  async chargeById(id: number) {
+    return id;
+  }
+
+  // @ts-expect-error -- @Limited() needs its permits
+  @Limited('exports', {})
+  async exportAll() {
+    return 0;
+  }
+
+  // @ts-expect-error -- @Limited() takes no mode
+  @Limited('exports', { permits: 2, mode: 'read' })
+  async exportRead() {
+    return 0;
   }
 }
 

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { AsyncLocalStorage } from 'node:async_hooks';
-import type { Lock, LockEngine } from '../../engine/index.js';
+import { Permit, ReadWriteHold, type Lock, type LockEngine } from '../../engine/index.js';
 
 /**
  * The locks taken while handling one request (HTTP request, RPC message or
@@ -41,24 +41,45 @@ export interface LockFrame {
 export const lockStorage = new AsyncLocalStorage<LockFrame>();
 
 /**
- * @internal The lock that holds `resource` for the chain of `frame`: the
- * innermost one that covers it (granted by `frame.engine`), held or not.
+ * @internal What a hold is: a lock, a read or a write hold of a read-write
+ * lock, or a semaphore's permit. Each kind is a primitive of its own in Redis,
+ * so a name held one way is not held another.
  */
-export function lockOf(frame: LockFrame | undefined, resource: string): Lock | undefined {
+export function holdKindOf(lock: Lock): 'lock' | 'read' | 'write' | 'permit' {
+  if (lock instanceof ReadWriteHold) return lock.mode;
+  return lock instanceof Permit ? 'permit' : 'lock';
+}
+
+/**
+ * @internal The hold of `resource` for the chain of `frame` that `accepts`
+ * takes: the innermost such one (granted by `frame.engine`), held or not. By
+ * default, an exclusive lock.
+ */
+export function lockOf(
+  frame: LockFrame | undefined,
+  resource: string,
+  accepts: (lock: Lock) => boolean = isExclusive,
+): Lock | undefined {
   for (let f = frame; f?.lock; f = f.outer) {
-    if (f.lock.resources.includes(resource)) return f.lock;
+    if (f.lock.resources.includes(resource) && accepts(f.lock)) return f.lock;
   }
   return undefined;
 }
 
-/** @internal Every lock of the chain of `frame`, outermost first; an inner grant of a resource replaces the outer one. */
+const isExclusive = (lock: Lock) => holdKindOf(lock) === 'lock';
+
+/**
+ * @internal Every lock of the chain of `frame`, outermost first; an inner
+ * grant of a resource (of the same kind) replaces the outer one.
+ */
 export function locksOf(frame: LockFrame | undefined): Lock[] {
   const frames: LockFrame[] = [];
   for (let f = frame; f?.lock; f = f.outer) frames.push(f);
   const byResource = new Map<string, Lock>();
   for (let i = frames.length - 1; i >= 0; i--) {
     const lock = frames[i].lock!;
-    for (const resource of lock.resources) byResource.set(resource, lock);
+    const kind = holdKindOf(lock);
+    for (const resource of lock.resources) byResource.set(`${kind} ${resource}`, lock);
   }
   return [...new Set(byResource.values())];
 }

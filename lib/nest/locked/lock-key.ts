@@ -57,8 +57,9 @@ export function compileLockKey(
   key: LockKey,
   where: string,
   parameterCount: number | undefined,
+  name = 'Locked',
 ): CompiledLockKey {
-  if (typeof key === 'function') return compileFunction(key, where);
+  if (typeof key === 'function') return compileFunction(key, where, name);
   const templates = typeof key === 'string' ? [key] : key;
   if (
     !Array.isArray(templates) ||
@@ -66,10 +67,10 @@ export function compileLockKey(
     templates.some((t) => typeof t !== 'string')
   ) {
     throw new LockKeyError(
-      `@Locked() on ${where} needs a key: a template such as 'order:<0>', an array of templates, or a function of the arguments.`,
+      `@${name}() on ${where} needs a key: a template such as 'order:<0>', an array of templates, or a function of the arguments.`,
     );
   }
-  const parsed = templates.map((template) => parseTemplate(template, where));
+  const parsed = templates.map((template) => parseTemplate(template, where, name));
   const maxIndex = Math.max(
     -1,
     ...parsed.flatMap((parts) =>
@@ -79,7 +80,7 @@ export function compileLockKey(
   const usesTick = parsed.some((parts) => parts.includes(TICK));
   if (parameterCount !== undefined && maxIndex >= parameterCount) {
     throw new LockKeyError(
-      `@Locked(${quote(templates)}) on ${where}: <${maxIndex}> refers to argument ${maxIndex}, but the method declares ` +
+      `@${name}(${quote(templates)}) on ${where}: <${maxIndex}> refers to argument ${maxIndex}, but the method declares ` +
         `${parameterCount} parameter${parameterCount === 1 ? '' : 's'} (arguments count from <0>).`,
     );
   }
@@ -89,19 +90,19 @@ export function compileLockKey(
     return {
       maxIndex,
       usesTick,
-      resolve: (args, tick) => [render(parts, args, template, where, tick)],
+      resolve: (args, tick) => [render(parts, args, template, where, tick, name)],
     };
   }
   return {
     maxIndex,
     usesTick,
     resolve: (args, tick) => [
-      ...new Set(parsed.map((parts, i) => render(parts, args, templates[i], where, tick))),
+      ...new Set(parsed.map((parts, i) => render(parts, args, templates[i], where, tick, name))),
     ],
   };
 }
 
-function parseTemplate(template: string, where: string): Part[] {
+function parseTemplate(template: string, where: string, name: string): Part[] {
   const parts: Part[] = [];
   let last = 0;
   for (const match of template.matchAll(PLACEHOLDER)) {
@@ -113,7 +114,7 @@ function parseTemplate(template: string, where: string): Part[] {
     const found = INDEX_AND_PATH.exec(match[1]);
     if (!found) {
       throw new LockKeyError(
-        `@Locked('${template}') on ${where}: '${match[0]}' is not a placeholder; write <0> for the first argument, ` +
+        `@${name}('${template}') on ${where}: '${match[0]}' is not a placeholder; write <0> for the first argument, ` +
           '<0.id> or <1.customer.id> for a property of one, or <tick> for the fire time of a scheduled job.',
       );
     }
@@ -129,11 +130,11 @@ function parseTemplate(template: string, where: string): Part[] {
   const literal = parts.filter((p): p is string => typeof p === 'string').join('');
   if (/[<>]/.test(literal)) {
     throw new LockKeyError(
-      `@Locked('${template}') on ${where}: unbalanced '<' or '>'; placeholders look like <0> or <0.id>.`,
+      `@${name}('${template}') on ${where}: unbalanced '<' or '>'; placeholders look like <0> or <0.id>.`,
     );
   }
   if (template.length === 0)
-    throw new LockKeyError(`@Locked('') on ${where}: the key template is empty.`);
+    throw new LockKeyError(`@${name}('') on ${where}: the key template is empty.`);
   return parts.filter((p) => p !== '');
 }
 
@@ -143,6 +144,7 @@ function render(
   template: string,
   where: string,
   tick: number | undefined,
+  name: string,
 ): string {
   let key = '';
   for (const part of parts) {
@@ -153,24 +155,24 @@ function render(
     if (part === TICK) {
       // Computed by the decorator, never from a caller's input: a whole number of ms.
       if (tick === undefined)
-        throw new LockKeyError(`@Locked('${template}') on ${where}: <tick> has no value.`);
+        throw new LockKeyError(`@${name}('${template}') on ${where}: <tick> has no value.`);
       key += String(tick);
       continue;
     }
     let value: unknown = args[part.index];
-    for (const name of part.path) {
+    for (const property of part.path) {
       value =
         value === null || value === undefined
           ? undefined
-          : (value as Record<string, unknown>)[name];
+          : (value as Record<string, unknown>)[property];
     }
-    key += encodeValue(value, part.text, template, where);
+    key += encodeValue(value, part.text, template, where, name);
   }
   // Encoding can triple a value, and several values add up: catch it here, as a key error,
   // rather than as the engine's LockOptionsError (which no transport maps to 400).
   if (key.length > MAX_RESOURCE_LENGTH) {
     throw new LockKeyError(
-      `@Locked('${template}') on ${where} makes a key of ${key.length} characters once its values are encoded; ` +
+      `@${name}('${template}') on ${where} makes a key of ${key.length} characters once its values are encoded; ` +
         `at most ${MAX_RESOURCE_LENGTH} are allowed. Use shorter values, or a function key that hashes them.`,
       'The request cannot be locked: its lock key is too long.',
     );
@@ -183,7 +185,13 @@ function render(
  * `_ . ~ -` is percent-encoded, so a value such as `'1:admin'` cannot forge
  * the structure of another key (`order:1:admin` vs `order:<0>:admin`).
  */
-function encodeValue(value: unknown, placeholder: string, template: string, where: string): string {
+function encodeValue(
+  value: unknown,
+  placeholder: string,
+  template: string,
+  where: string,
+  name: string,
+): string {
   // The common case first: a short string of safe characters is its own encoding.
   if (
     typeof value === 'string' &&
@@ -196,7 +204,7 @@ function encodeValue(value: unknown, placeholder: string, template: string, wher
   // The developer's message names the method and template; the client's names only the value.
   const fail = (problem: string, advice: string): never => {
     throw new LockKeyError(
-      `@Locked('${template}') on ${where}: ${placeholder} ${problem}; ${advice}`,
+      `@${name}('${template}') on ${where}: ${placeholder} ${problem}; ${advice}`,
       `The request cannot be locked: ${placeholder} ${problem}.`,
     );
   };
@@ -248,7 +256,7 @@ function percentEncode(character: string): string {
   return Buffer.from(character).toString('hex').toUpperCase().replace(/../g, '%$&');
 }
 
-function compileFunction(key: LockKeyFunction, where: string): CompiledLockKey {
+function compileFunction(key: LockKeyFunction, where: string, name: string): CompiledLockKey {
   return {
     maxIndex: -1,
     usesTick: false,
@@ -257,14 +265,14 @@ function compileFunction(key: LockKeyFunction, where: string): CompiledLockKey {
       const list = typeof result === 'string' ? [result] : result;
       if (!Array.isArray(list) || list.length === 0) {
         throw new LockKeyError(
-          `The key function of @Locked() on ${where} returned ${describe(result)}; return a string or an array of strings.`,
+          `The key function of @${name}() on ${where} returned ${describe(result)}; return a string or an array of strings.`,
         );
       }
       for (const resource of list) {
         const problem = resourceProblem(resource);
         if (problem) {
           throw new LockKeyError(
-            `The key function of @Locked() on ${where} returned ${describe(resource)} (${problem}); each resource must be a string of 1 to ${MAX_RESOURCE_LENGTH} characters.`,
+            `The key function of @${name}() on ${where} returned ${describe(resource)} (${problem}); each resource must be a string of 1 to ${MAX_RESOURCE_LENGTH} characters.`,
           );
         }
       }

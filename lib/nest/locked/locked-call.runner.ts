@@ -7,7 +7,7 @@ import { runHeld } from '../scheduling/minimum-hold.runner.js';
 import { emitSkipped } from '../scheduling/skipped-run.event.js';
 import type { LockedMethod, LockedRuntime } from './locked.metadata.js';
 import { optionsOf } from './locked.options.js';
-import { enter, plan, type Plan } from './locked.runner.js';
+import { enter, holdAndRun, plan, type Plan } from './locked.runner.js';
 
 /**
  * Not an async function, and no async closures inside: once AsyncLocalStorage
@@ -43,7 +43,7 @@ export function lockedCall(
   const { holdAtLeast } = method.options;
   return (
     holdAtLeast === undefined
-      ? engine.using(p.missing, routine, options)
+      ? holdAndRun(method, engine, p.missing, routine, options)
       : runHeld(engine, p.missing, options, holdAtLeast, routine)
   ).then(undefined, (error: unknown) => {
     if (entered) throw error;

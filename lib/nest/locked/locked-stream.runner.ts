@@ -4,7 +4,7 @@ import { lockStorage } from '../context/lock-context.js';
 import { markLockFailure } from '../context/lock-failures.js';
 import type { LockedMethod, LockedRuntime } from './locked.metadata.js';
 import { optionsOf } from './locked.options.js';
-import { enter, plan, type Plan } from './locked.runner.js';
+import { enter, holdAndRun, plan, type Plan } from './locked.runner.js';
 
 /**
  * An Observable that takes the lock when subscribed, runs the method and
@@ -56,7 +56,10 @@ export function lockedStream(
       });
     const held = p.reused
       ? run(p.reused)
-      : engine.using(p.missing, run, { ...optionsOf(method, runtime), signal: abandoned.signal });
+      : holdAndRun(method, engine, p.missing, run, {
+          ...optionsOf(method, runtime),
+          signal: abandoned.signal,
+        });
     held.then(
       () => {
         if (closed) return;

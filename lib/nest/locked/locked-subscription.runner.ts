@@ -4,7 +4,7 @@ import { markLockFailure } from '../context/lock-failures.js';
 import { runIn } from './locked-call.runner.js';
 import type { LockedMethod, LockedRuntime } from './locked.metadata.js';
 import { optionsOf } from './locked.options.js';
-import { enter, plan } from './locked.runner.js';
+import { enter, holdAndRun, plan } from './locked.runner.js';
 
 /**
  * A subscription resolver under a lock: takes the lock, runs the method in it,
@@ -37,7 +37,7 @@ export function lockedSubscription(
     };
     const held: Promise<unknown> = p.reused
       ? Promise.resolve(p.reused).then(run)
-      : engine.using(p.missing, run, optionsOf(method, runtime));
+      : holdAndRun(method, engine, p.missing, run, optionsOf(method, runtime));
     held.then(undefined, (error: unknown) => {
       if (entered) return reject(error);
       if (method.options.onBusy && error instanceof LockBusyError)

@@ -1,5 +1,6 @@
 import { Observable } from 'rxjs';
-import { LockSetupError } from './locked.errors.js';
+import { LockOptionsError } from '../../engine/index.js';
+import { LockKeyError, LockSetupError } from './locked.errors.js';
 import { compileLockKey, type LockKey } from './lock-key.js';
 import { lockedCall } from './locked-call.runner.js';
 import { lockedStream } from './locked-stream.runner.js';
@@ -8,10 +9,11 @@ import {
   LOCK_PARAMS_METADATA,
   LOCKED_METADATA,
   LOCKED_RUNTIME,
+  type LockedHoldKind,
   type LockedMethod,
   type LockedRuntime,
 } from './locked.metadata.js';
-import { checkLockedOptions, type LockedOptions } from './locked.options.js';
+import { checkLockedOptions, type LimitedOptions, type LockedOptions } from './locked.options.js';
 import type { LockedDecorator } from './locked.types.js';
 import { readSchedule } from '../scheduling/job-schedule.js';
 
@@ -51,30 +53,70 @@ export function Locked<KeyArgs extends unknown[] = any[]>(
   key: LockKey<KeyArgs>,
   options?: LockedOptions,
 ): LockedDecorator<KeyArgs> {
+  return decorateLocked('Locked', key, options);
+}
+
+/**
+ * Runs the method with a permit of the semaphore named by `name` (a template
+ * such as `'exports:<0.tenant>'`, as `@Locked()` takes, or a function of the
+ * arguments): at most `permits` runs at once across every instance. A run
+ * that finds every permit taken waits as `@Locked()` does (`wait`,
+ * `waitTimeout`, `retry`), or with `wait: false` fails at once with a
+ * LockBusyError (HTTP 409 with Retry-After). The permit's lease is extended
+ * while the method runs and given back when it ends; the method reads it with
+ * `@CurrentLock()` (a {@link Permit}, with its `slot`), `@FencingToken()` or
+ * `LockContext`. It compiles on the methods `@Locked()` compiles on.
+ *
+ * @example
+ * @Post('exports')
+ * @Limited('exports', { permits: 2, wait: false })
+ * async export(@Body() query: ExportQuery) { ... }
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- a template takes any arguments
+export function Limited<KeyArgs extends unknown[] = any[]>(
+  name: LockKey<KeyArgs>,
+  options: LimitedOptions,
+): LockedDecorator<KeyArgs> {
+  return decorateLocked('Limited', name, options);
+}
+
+function decorateLocked<KeyArgs extends unknown[]>(
+  decorator: 'Locked' | 'Limited',
+  key: LockKey<KeyArgs>,
+  options: LockedOptions | LimitedOptions | undefined,
+): LockedDecorator<KeyArgs> {
+  const label = `@${decorator}()`;
   const decorate: MethodDecorator = (target, propertyKey, descriptor) => {
     const className = typeof target === 'function' ? target.name : target.constructor.name;
     const where = `${className}.${String(propertyKey)}`;
     const original = descriptor.value as unknown;
     if (typeof original !== 'function')
-      throw new TypeError(`@Locked() on ${where}: it goes on methods only.`);
+      throw new TypeError(`${label} on ${where}: it goes on methods only.`);
     if (typeof target === 'function') {
       throw new TypeError(
-        `@Locked() on ${where}: static methods cannot be locked; lock an instance method of a provider.`,
+        `${label} on ${where}: static methods cannot be locked; lock an instance method of a provider.`,
       );
     }
     const paramTypes = Reflect.getMetadata('design:paramtypes', target, propertyKey) as
       unknown[] | undefined;
+    const checked = checkLockedOptions(`${label} on ${where}`, options, decorator);
+    const kind: LockedHoldKind = decorator === 'Limited' ? 'permit' : (checked.mode ?? 'lock');
+    const { mode: _mode, permits, ...own } = checked;
     const method: LockedMethod = {
       where,
-      key: compileLockKey(key, where, paramTypes?.length),
-      options: checkLockedOptions(`@Locked() on ${where}`, options),
+      decorator,
+      key: compileLockKey(key, where, paramTypes?.length, decorator),
+      kind,
+      permits,
+      options: own,
       params: Reflect.getMetadata(LOCK_PARAMS_METADATA, target, propertyKey) ?? [],
       original: original as LockedMethod['original'],
     };
+    if (kind !== 'lock') checkLease(label, where, key, kind, own.holdAtLeast);
     for (const param of method.params) {
       if (param.index <= method.key.maxIndex && usesArgument(key, param.index)) {
         throw new TypeError(
-          `@Locked() on ${where}: <${param.index}> is a lock parameter, filled in after locking; it cannot be part of the key.`,
+          `${label} on ${where}: <${param.index}> is a lock parameter, filled in after locking; it cannot be part of the key.`,
         );
       }
     }
@@ -84,7 +126,7 @@ export function Locked<KeyArgs extends unknown[] = any[]>(
       (typeof returnType === 'function' && returnType.prototype instanceof Observable);
     if (streams && method.options.holdAtLeast !== undefined) {
       throw new TypeError(
-        `@Locked() on ${where}: holdAtLeast applies to methods that return a value or a Promise, and this one ` +
+        `${label} on ${where}: holdAtLeast applies to methods that return a value or a Promise, and this one ` +
           'returns an Observable. Return a Promise (e.g. lastValueFrom(stream)), or drop holdAtLeast.',
       );
     }
@@ -96,7 +138,7 @@ export function Locked<KeyArgs extends unknown[] = any[]>(
       ): unknown {
         const runtime = this?.[LOCKED_RUNTIME];
         if (!runtime) {
-          const error = new LockSetupError(where);
+          const error = new LockSetupError(where, decorator);
           return streams
             ? new Observable((subscriber) => subscriber.error(error))
             : Promise.reject(error);
@@ -119,6 +161,32 @@ export function Locked<KeyArgs extends unknown[] = any[]>(
     return descriptor;
   };
   return decorate as LockedDecorator<KeyArgs>;
+}
+
+/**
+ * A read-write lock and a semaphore are one resource each: several templates
+ * are refused where they are written, and holdAtLeast (a plain lock's) too.
+ */
+function checkLease(
+  label: string,
+  where: string,
+  key: LockKey,
+  kind: Exclude<LockedHoldKind, 'lock'>,
+  holdAtLeast: number | undefined,
+): void {
+  const what = kind === 'permit' ? 'a semaphore' : `mode '${kind}'`;
+  if (holdAtLeast !== undefined) {
+    throw new LockOptionsError(
+      `${label} on ${where}: holdAtLeast keeps an exclusive lock after the method returned; ${what} ` +
+        'releases when the method ends. Drop holdAtLeast, or lock without a mode.',
+    );
+  }
+  if (Array.isArray(key) && key.length > 1) {
+    throw new LockKeyError(
+      `${label} on ${where}: ${what} takes one name, got ${key.length} templates. ` +
+        'Use one template, or take several exclusive locks with @Locked([...]) and no mode.',
+    );
+  }
 }
 
 /** What `@Subscription()` of @nestjs/graphql marks its methods with (read without loading it). */

@@ -20,11 +20,27 @@ export class LockKeyError extends LockOptionsError {
 export class LockSetupError extends LockError {
   override readonly code = 'LOCK_NOT_SET_UP';
 
-  constructor(where: string) {
+  constructor(where: string, decorator = 'Locked') {
     super(
-      `${where} is @Locked(), but no RedisLockModule has set up its class, so it will not run unlocked. ` +
+      `${where} is @${decorator}(), but no RedisLockModule has set up its class, so it will not run unlocked. ` +
         'Import RedisLockModule.forRoot() (or forRootAsync()) in the application, and get the instance from Nest ' +
         '(inject it; an object made with `new` is not managed by Nest).',
+    );
+  }
+}
+
+/**
+ * A `@Locked(key, { mode })` or `@Limited()` method was called in an
+ * application whose LockService has no read-write locks or semaphores: the
+ * in-memory engine of RedisLockTestingModule, which has plain locks only.
+ */
+export class LockEngineUnsupportedError extends LockError {
+  override readonly code = 'LOCK_ENGINE_UNSUPPORTED';
+
+  constructor(where: string, what: string) {
+    super(
+      `${where}: ${what}, which this application's lock engine does not provide (RedisLockTestingModule's ` +
+        'in-memory engine has plain locks only). Test it with RedisLockModule over a real redis-server.',
     );
   }
 }

@@ -24,10 +24,23 @@ export interface LockedRuntime {
 /** @internal The property (on instances and prototypes) that holds the runtime. */
 export const LOCKED_RUNTIME = Symbol('redis-lock.runtime');
 
+/**
+ * What a decorated method holds while it runs: the resource's exclusive lock
+ * (`@Locked()`), a read or a write hold of its read-write lock
+ * (`@Locked(key, { mode })`), or a permit of a semaphore (`@Limited()`).
+ */
+export type LockedHoldKind = 'lock' | 'read' | 'write' | 'permit';
+
 /** What `@Locked()` knows of the method it decorated, from the decoration on. */
 export interface LockedMethod {
   readonly where: string;
+  /** The decorator, as messages name it: `Locked` or `Limited`. */
+  readonly decorator: string;
   readonly key: CompiledLockKey;
+  /** What the method holds while it runs. */
+  readonly kind: LockedHoldKind;
+  /** A semaphore's permits (`@Limited()` only). */
+  readonly permits?: number;
   readonly options: LockedOptions;
   readonly params: readonly LockParam[];
   readonly original: (...args: unknown[]) => unknown;

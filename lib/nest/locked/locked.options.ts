@@ -3,9 +3,11 @@ import {
   checkMs,
   LOCK_DEFAULTS,
   LockOptionsError,
+  MAX_PERMITS,
   resolveRetry,
   type AcquireOptions,
   type LockBusyError,
+  type LockMode,
   type RetryOptions,
 } from '../../engine/internal.js';
 
@@ -25,8 +27,8 @@ export interface LockedDefaults {
   autoExtend?: boolean;
 }
 
-/** Options of one `@Locked()` method. */
-export interface LockedOptions extends LockedDefaults {
+/** Options of one `@Locked()` or `@Limited()` method, besides what to acquire. */
+export interface LockedMethodOptions extends LockedDefaults {
   /**
    * What to do when the lock is held by someone else (after waiting, if
    * waiting): by default a LockBusyError is thrown, which the lock-context
@@ -60,32 +62,79 @@ export interface LockedOptions extends LockedDefaults {
   tick?: number;
 }
 
+/** Options of one `@Locked()` method. */
+export interface LockedOptions extends LockedMethodOptions {
+  /**
+   * Take the resource's read-write lock instead of its exclusive lock: any
+   * number of `'read'` holds run together, a `'write'` hold runs alone (see
+   * docs/read-write-locks.md). One resource only. Default: the exclusive lock.
+   *
+   * @example
+   * @Locked('catalogue', { mode: 'read' })
+   * async list() { ... }
+   */
+  mode?: LockMode;
+}
+
+/** Options of one `@Limited()` method: how many runs at once, and `@Locked()`'s options. */
+export interface LimitedOptions extends LockedMethodOptions {
+  /** How many runs may hold a permit at once across every instance: a whole number from 1 to MAX_PERMITS. */
+  permits: number;
+}
+
 /** The acquisition options of one method: its own over the module's defaults. */
 export type MergedLockedOptions = AcquireOptions & { autoExtend: boolean };
 
-const KNOWN = new Set(['ttl', 'wait', 'retry', 'autoExtend', 'onBusy', 'holdAtLeast', 'tick']);
+const DEFAULTS = ['ttl', 'wait', 'retry', 'autoExtend'];
 /** Options of one method only, never module defaults. */
-const METHOD_ONLY = new Set(['onBusy', 'holdAtLeast', 'tick']);
+const METHOD_ONLY = ['onBusy', 'holdAtLeast', 'tick'];
+/** What each decorator takes besides, and the module's defaults (`false`). */
+const OWN = { Locked: ['mode'], Limited: ['permits'] };
 
-/** Checks the options of `@Locked()` (or the module's `locked` defaults) where they are written. */
+/**
+ * Checks the options of `@Locked()` or `@Limited()` (`allowOnBusy` true, the
+ * default, or the decorator's name), or the module's `locked` defaults
+ * (`false`), where they are written.
+ */
 export function checkLockedOptions(
   where: string,
   options: unknown,
-  allowOnBusy = true,
-): LockedOptions {
-  if (options === undefined) return {};
+  allowOnBusy: boolean | keyof typeof OWN = true,
+): LockedOptions & Partial<LimitedOptions> {
+  const decorator = allowOnBusy === true ? 'Locked' : allowOnBusy;
+  if (options === undefined) {
+    if (decorator === 'Limited') throw permitsError(where, undefined);
+    return {};
+  }
   if (typeof options !== 'object' || options === null || Array.isArray(options)) {
     throw new LockOptionsError(
       `${where}: options must be an object such as { ttl: 5000, wait: false }.`,
     );
   }
   const o = options as Record<string, unknown>;
+  const known = decorator ? [...DEFAULTS, ...METHOD_ONLY, ...OWN[decorator]] : DEFAULTS;
   for (const key of Object.keys(o)) {
-    if (!KNOWN.has(key) || (METHOD_ONLY.has(key) && !allowOnBusy)) {
+    if (!known.includes(key)) {
       throw new LockOptionsError(
-        `${where} has no option '${key}'; the options are: ${[...KNOWN].filter((k) => allowOnBusy || !METHOD_ONLY.has(k)).join(', ')}.`,
+        `${where} has no option '${key}'; the options are: ${known.join(', ')}.`,
       );
     }
+  }
+  if (o.mode !== undefined && o.mode !== 'read' && o.mode !== 'write') {
+    throw new LockOptionsError(
+      `${where}: mode is 'read' (shared with other readers) or 'write' (alone), got ${describeValue(o.mode)}; ` +
+        'leave it out for the exclusive lock.',
+    );
+  }
+  if (decorator === 'Limited') {
+    const { permits } = o;
+    if (
+      typeof permits !== 'number' ||
+      !Number.isInteger(permits) ||
+      permits < 1 ||
+      permits > MAX_PERMITS
+    )
+      throw permitsError(where, permits);
   }
   if (o.ttl !== undefined) checkMs(`${where}: ttl`, o.ttl, 10);
   if (o.wait !== undefined && typeof o.wait !== 'boolean') checkMs(`${where}: wait`, o.wait, 0);
@@ -98,7 +147,18 @@ export function checkLockedOptions(
   }
   if (o.holdAtLeast !== undefined) checkMs(`${where}: holdAtLeast`, o.holdAtLeast, 1);
   if (o.tick !== undefined) checkMs(`${where}: tick`, o.tick, 1);
-  return o as LockedOptions;
+  return o as LockedOptions & Partial<LimitedOptions>;
+}
+
+function permitsError(where: string, permits: unknown): LockOptionsError {
+  return new LockOptionsError(
+    `${where}: permits is how many runs may go at once, a whole number from 1 to ${MAX_PERMITS} ` +
+      `(got ${describeValue(permits)}); write e.g. { permits: 2 }.`,
+  );
+}
+
+function describeValue(value: unknown): string {
+  return typeof value === 'string' ? `'${value}'` : value === undefined ? 'nothing' : String(value);
 }
 
 /** The acquisition options of one decorated method, its own options over the module's defaults. */

@@ -1,8 +1,16 @@
-import type { Lock, LockEngine } from '../../engine/index.js';
-import { lockOf, lockStorage, type LockFrame } from '../context/lock-context.js';
+import {
+  LockEngine,
+  LockOptionsError,
+  readWriteLock,
+  semaphore,
+  type Lock,
+  type UsingOptions,
+} from '../../engine/index.js';
+import { holdKindOf, lockOf, lockStorage, type LockFrame } from '../context/lock-context.js';
 import { markLockFailure } from '../context/lock-failures.js';
 import { noTickError } from '../scheduling/job-schedule.js';
-import type { LockedMethod } from './locked.metadata.js';
+import { LockEngineUnsupportedError, LockKeyError } from './locked.errors.js';
+import type { LockedHoldKind, LockedMethod } from './locked.metadata.js';
 
 // What the three runners (locked-call, locked-stream, locked-subscription) share: the plan of
 // one call, and the frame its method runs in.
@@ -26,19 +34,83 @@ export function plan(method: LockedMethod, engine: LockEngine, args: unknown[]):
   try {
     tick = method.key.usesTick ? tickOf(method) : undefined;
     resources = method.key.resolve(args, tick);
+    if (method.kind !== 'lock' && resources.length > 1) {
+      throw new LockKeyError(
+        `The key function of @${method.decorator}() on ${method.where} returned ${resources.length} names; ` +
+          `${method.kind === 'permit' ? 'a semaphore' : `mode '${method.kind}'`} takes one. Return a single string.`,
+      );
+    }
   } catch (error) {
     throw markLockFailure(error);
   }
   const frame = lockStorage.getStore();
   // Only locks of this engine count: two applications in one process never share a lock.
   if (frame?.engine !== engine) return { frame, missing: resources, reused: undefined, tick };
-  const missing = resources.filter((resource) => !lockOf(frame, resource)?.isHeld);
+  const accepts = reusableBy(method);
+  const missing = resources.filter((resource) => !lockOf(frame, resource, accepts)?.isHeld);
   return {
     frame,
     missing,
-    reused: missing.length === 0 ? lockOf(frame, resources[0]) : undefined,
+    reused: missing.length === 0 ? lockOf(frame, resources[0], accepts) : undefined,
     tick,
   };
+}
+
+/**
+ * Which holds of the call chain a call reuses: one of its own kind, and for a
+ * read a write hold too (the writer is alone, so its callee reads safely). A
+ * write under a read of the same chain would wait for its own reader: refused.
+ */
+function reusableBy(method: LockedMethod): (lock: Lock) => boolean {
+  const { kind } = method;
+  return (lock) => {
+    const held = holdKindOf(lock);
+    if (held === kind || (kind === 'read' && held === 'write')) return true;
+    if (kind === 'write' && held === 'read' && lock.isHeld) {
+      throw new LockOptionsError(
+        `@Locked() on ${method.where} asks for a write hold of '${lock.resources[0]}', but its caller holds ` +
+          'a read hold of it, and a writer waits for every reader to leave, its own caller too. ' +
+          "Take mode 'write' in the outer method instead.",
+      );
+    }
+    return false;
+  };
+}
+
+/**
+ * Acquires what the method holds (an exclusive lock, a read or a write hold,
+ * a permit) on the resources it misses, runs `routine` with it, extending the
+ * lease meanwhile (unless `autoExtend` is false) and releases it afterwards.
+ */
+export function holdAndRun<T>(
+  method: LockedMethod,
+  engine: LockEngine,
+  resources: readonly string[],
+  routine: (lock: Lock) => T | Promise<T>,
+  options: UsingOptions,
+): Promise<T> {
+  const { kind } = method;
+  if (kind === 'lock') return engine.using(resources, routine, options);
+  try {
+    const leases = leaseEngine(method, engine);
+    return kind === 'permit'
+      ? semaphore(leases, resources[0], method.permits!).using(routine, options)
+      : readWriteLock(leases, resources[0]).using(kind, routine, options);
+  } catch (error) {
+    return Promise.reject(error);
+  }
+}
+
+/** The engine, when it has read-write locks and semaphores (an in-memory one has not). */
+function leaseEngine(method: LockedMethod, engine: LockEngine): LockEngine {
+  if (engine instanceof LockEngine) return engine;
+  throw new LockEngineUnsupportedError(method.where, describeKind(method.kind, method.decorator));
+}
+
+function describeKind(kind: LockedHoldKind, decorator: string): string {
+  return kind === 'permit'
+    ? `@${decorator}() takes a semaphore's permit`
+    : `@${decorator}() takes a ${kind} hold of a read-write lock`;
 }
 
 /** The tick a call at this moment belongs to: of the `tick` period option, else of the schedule. */

@@ -1,7 +1,11 @@
 import { Logger, type BeforeApplicationShutdown, type OnApplicationShutdown } from '@nestjs/common';
 import {
   LockEngine,
+  readWriteLock,
   rejectUnknownOptions,
+  semaphore,
+  type ReadWriteLock,
+  type Semaphore,
   type LockEngineOptions,
   type LockError,
   type NodeResults,
@@ -52,6 +56,29 @@ export class LockService
     } = options ?? {};
     super({ logger: new Logger('RedisLock'), ...engineOptions });
     logLockEvents(this, this.options.logger, checkLogging(logging));
+  }
+
+  /**
+   * Many readers or one writer on `resource`, over this engine's nodes
+   * (docs/read-write-locks.md). The object is light: make one where needed.
+   *
+   * @example
+   * return this.locks.readWriteLock('catalogue').using('read', () => this.render());
+   */
+  readWriteLock(resource: string): ReadWriteLock {
+    return readWriteLock(this, resource);
+  }
+
+  /**
+   * At most `permits` holders of `name` at once across every instance, over
+   * this engine's nodes (docs/semaphores.md). Throws LockOptionsError unless
+   * `permits` is a whole number from 1 to MAX_PERMITS.
+   *
+   * @example
+   * return this.locks.semaphore('payments-api', 4).using(() => this.provider.charge(order));
+   */
+  semaphore(name: string, permits: number): Semaphore {
+    return semaphore(this, name, permits);
   }
 
   /** Tags acquisition failures so the lock-context interceptor answers them (409, 503) wherever they were taken. */
