@@ -33,14 +33,18 @@ export const COMMANDS: Readonly<Record<CommandName, CommandSpec>> = {
     minArgs: 1,
     maxArgs: 1,
     summary: 'holder, lease and fence counter of one lock on every node',
-    options: [],
+    options: ['permits'],
     details: `Shows what each node holds for the resource (the lock's value, its remaining
 lease and the fence counter, i.e. the last token the node issued: for this
 resource, or for any resource where the node has one counter for all, the
 default fenceCounter 'node') and the verdict: held (a quorum of nodes holds
-the same value), free, or unknown (too few nodes answered to tell). Exit code
-0 when held or free, 1 when unknown.`,
-    examples: ['inspect order:42', 'inspect order:42 --json'],
+the same value), free, or unknown (too few nodes answered to tell). When the
+name also has a read-write lock or a semaphore, each gets a section of its
+own: every node's holders (mode or slot, lease, token), the waiters in line,
+and the verdict (held for reading by 3, 2 of 4 permits held, free, unknown);
+the lock's section is left out when it has no key and another one is shown.
+Exit code 0 when held or free, 1 when a section is unknown.`,
+    examples: ['inspect order:42', 'inspect order:42 --json', 'inspect payments-api --permits 4'],
   },
   list: {
     args: '[pattern]',
@@ -50,8 +54,9 @@ the same value), free, or unknown (too few nodes answered to tell). Exit code
     options: ['limit'],
     details: `Lists the resources with a lock key on any node whose name matches the
 pattern (a Redis glob: * ? [abc]; default *), each with its verdict, holder,
-lease and fence counter. Exit code 1 when fewer than a quorum of nodes
-answered (the list could miss locks).`,
+lease and fence counter, and the read-write locks and semaphores held there
+(a KIND column tells them apart). Exit code 1 when fewer than a quorum of
+nodes answered (the list could miss locks).`,
     examples: ["list 'order:*'", "list 'order:*' --limit 20 --json"],
   },
   release: {
@@ -140,6 +145,11 @@ export const COMMAND_OPTIONS: Readonly<Record<string, OptionSpec>> = {
     help: `list at most n resources (default ${DEFAULT_LIMIT})`,
   },
   yes: { type: 'boolean', short: 'y', help: 'release without asking' },
+  permits: {
+    type: 'string',
+    value: '<n>',
+    help: "the semaphore's N, to show the permits in use out of it (the nodes do not keep it)",
+  },
 };
 
 export const ALL_OPTIONS: Readonly<Record<string, OptionSpec>> = {

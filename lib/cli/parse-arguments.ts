@@ -4,7 +4,7 @@
  * Node's: a UsageError that says what to write instead.
  */
 import { parseArgs } from 'node:util';
-import { LOCK_DEFAULTS } from '../engine/internal.js';
+import { LOCK_DEFAULTS, MAX_PERMITS } from '../engine/internal.js';
 import {
   ALL_OPTIONS,
   BIN,
@@ -36,6 +36,8 @@ export interface CommandRequest {
   readonly json: boolean;
   readonly limit: number;
   readonly yes: boolean;
+  /** The semaphore's N for inspect, when given. */
+  readonly permits: number | undefined;
 }
 
 /**
@@ -142,6 +144,7 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
     json: flags.has('json'),
     limit: readLimit(last('limit')),
     yes: flags.has('yes'),
+    permits: readPermits(last('permits')),
   };
 }
 
@@ -204,13 +207,30 @@ function readFenceCounterTtl(value: string | undefined): number {
   return ms;
 }
 
+/** `value` as a whole number from 1 to `max`, or NaN. */
+function count(value: string, max: number): number {
+  const n = /^\d+$/.test(value) ? Number(value) : NaN;
+  return Number.isSafeInteger(n) && n >= 1 && n <= max ? n : NaN;
+}
+
 function readLimit(value: string | undefined): number {
   if (value === undefined) return DEFAULT_LIMIT;
-  const limit = /^\d+$/.test(value) ? Number(value) : NaN;
-  if (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_LIMIT) {
+  const limit = count(value, MAX_LIMIT);
+  if (Number.isNaN(limit)) {
     throw new UsageError(
       `--limit takes a whole number from 1 to ${MAX_LIMIT} (got '${value}'): write e.g. --limit 100`,
     );
   }
   return limit;
+}
+
+function readPermits(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const permits = count(value, MAX_PERMITS);
+  if (Number.isNaN(permits)) {
+    throw new UsageError(
+      `--permits is the semaphore's N, a whole number from 1 to ${MAX_PERMITS} (got '${value}'): write e.g. --permits 4`,
+    );
+  }
+  return permits;
 }

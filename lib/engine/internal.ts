@@ -29,3 +29,22 @@ export { retryDelay } from './retry-delay.js';
 // A call's options, checked and resolved the same way by every engine (the in-memory one too).
 export { callTimings, checkCallOptions, SINGLE_ATTEMPT } from './call-request.js';
 export { renewLease } from './lease-renewal.js';
+// The read-write locks and semaphores of a name, read and judged for operators (the CLI).
+export {
+  judgeReadWrite,
+  judgeSemaphore,
+  type LeaseHolding,
+  type LeaseInspection,
+  type LineWaiter,
+  type NodeLeaseHolder,
+  type NodeLeaseState,
+  type NodeLineWaiter,
+  type ReadWriteInspection,
+  type SemaphoreInspection,
+} from './admin/lease-verdict.js';
+export {
+  inspectLeases,
+  listLeases,
+  type LeaseInspections,
+  type LeaseListing,
+} from './admin/lease-inspection.js';

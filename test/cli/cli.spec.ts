@@ -5,71 +5,20 @@
  * standing in for the app.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
-import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { PassThrough } from 'node:stream';
-import { fileURLToPath } from 'node:url';
 import { LockEngine } from '../../lib/engine/index.js';
 import { runCli } from '../../lib/cli/lock-cli.js';
 import { engineReady, nodesBack } from '../support/engine-ready.js';
 import { nextLockEvent } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
+import { cli, columnsOf, json, literal, ROOT, type CliResult } from './cli-process.js';
 
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const MAIN = 'lib/cli/main.ts';
 const VERSION = (JSON.parse(readFileSync(`${ROOT}/package.json`, 'utf8')) as { version: string })
   .version;
 const unique = (name: string) => `${name}:${randomUUID()}`;
-
-interface CliResult {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-  /** When the process exited (performance.now()). */
-  exitedAt: number;
-}
-
-/** `node --import tsx lib/cli/main.ts ...args`, with stdin closed (not a terminal). */
-function cli(args: readonly string[], env: NodeJS.ProcessEnv = {}): Promise<CliResult> {
-  const base = { ...process.env };
-  // Jest's NODE_OPTIONS are not the tool's; a user's REDIS_LOCK_NODES must not leak into a test.
-  delete base.NODE_OPTIONS;
-  delete base.REDIS_LOCK_NODES;
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], {
-      cwd: ROOT,
-      env: { ...base, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    // A hung tool fails its test instead of hanging the suite.
-    const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
-    child.once('error', reject);
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr, exitedAt: performance.now() });
-    });
-  });
-}
-
-function json<T = Record<string, unknown>>(result: CliResult): T {
-  return JSON.parse(result.stdout) as T;
-}
-
-const literal = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-
-/** The column at which `text` starts in every line that has it. */
-function columnsOf(output: string, text: string): number[] {
-  return output
-    .split('\n')
-    .filter((line) => line.includes(text))
-    .map((line) => line.indexOf(text));
-}
 
 describe('the nestjs-redis-lock command line', () => {
   const redis = useRedisNodes(3);
@@ -552,6 +501,16 @@ describe('usage errors: exit 2 and one line that says what to write', () => {
       'a fence counter lifetime the engine cannot have',
       ['reseed', '--fence-counter-ttl', '5000', ...somewhere],
       "--fence-counter-ttl is the app's fenceCounterTtl in ms, 0 or at least 60000 (got '5000')",
+    ],
+    [
+      "a semaphore's N that is no whole number",
+      ['inspect', 'payments', '--permits', '0', ...somewhere],
+      "--permits is the semaphore's N, a whole number from 1 to 10000 (got '0'): write e.g. --permits 4",
+    ],
+    [
+      '--permits for another command than inspect',
+      ['list', '--permits', '4', ...somewhere],
+      "--permits is an option of 'inspect', not of 'list'",
     ],
     [
       'a prefix with braces',

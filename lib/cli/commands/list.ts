@@ -1,10 +1,31 @@
-/** `list [pattern]`: the locks whose resource matches a pattern, each inspected. */
-import { judgeLock } from '../../engine/internal.js';
-import { plural } from '../cli-output.js';
+/**
+ * `list [pattern]`: the locks whose resource matches a pattern, each
+ * inspected, and the read-write locks and semaphores held among those names.
+ */
+import {
+  judgeLock,
+  listLeases,
+  type JudgedLock,
+  type ReadWriteInspection,
+  type SemaphoreInspection,
+} from '../../engine/internal.js';
+import { plural, type Cell, type Column } from '../cli-output.js';
 import { formatLease } from '../durations.js';
 import { EXIT_FAILED, EXIT_OK } from '../exit-codes.js';
-import type { CommandContext } from './context.js';
+import { READ_TIMEOUT_MS, type CommandContext } from './context.js';
+import { leaseListJson, listCells } from './lease-report.js';
 import { verdictCell } from './lock-report.js';
+
+/** One listed entry: a lock, or a read-write lock or semaphore, by name. */
+type Entry =
+  | { readonly kind: 'lock'; readonly resource: string; readonly lock: JudgedLock }
+  | {
+      readonly kind: 'read-write' | 'semaphore';
+      readonly resource: string;
+      readonly lease: ReadWriteInspection | SemaphoreInspection;
+    };
+
+const KIND_ORDER = ['lock', 'read-write', 'semaphore'];
 
 /** How many resources are inspected at once. */
 const INSPECT_WIDTH = 50;
@@ -31,9 +52,35 @@ export async function list({ engine, request, term }: CommandContext): Promise<n
   const judged = await mapBounded(resources, INSPECT_WIDTH, async (resource) =>
     judgeLock(await engine.inspect(resource), engine.quorum),
   );
-  const limitReached = resources.length >= request.limit;
+  const leases = await listLeases(
+    engine.nodes,
+    engine.options.keyPrefix,
+    pattern,
+    engine.quorum,
+    READ_TIMEOUT_MS,
+    request.limit,
+  );
+  const all: Entry[] = [
+    ...judged.map((lock): Entry => ({ kind: 'lock', resource: lock.inspection.resource, lock })),
+    ...[...leases.readWrite, ...leases.semaphores].map((lease): Entry => ({
+      kind: lease.kind,
+      resource: lease.resource,
+      lease,
+    })),
+  ].sort(
+    (a, b) =>
+      (a.resource < b.resource ? -1 : a.resource > b.resource ? 1 : 0) ||
+      KIND_ORDER.indexOf(a.kind) - KIND_ORDER.indexOf(b.kind),
+  );
+  const entries = all.slice(0, request.limit);
+  const limitReached =
+    resources.length >= request.limit || leases.limitReached || all.length > request.limit;
   const failed = !health.quorum;
   if (request.json) {
+    const leasesOf = (kind: Entry['kind']) =>
+      entries.flatMap((entry) =>
+        entry.kind === kind && entry.kind !== 'lock' ? [leaseListJson(engine, entry.lease)] : [],
+      );
     term.print(
       JSON.stringify(
         {
@@ -41,43 +88,55 @@ export async function list({ engine, request, term }: CommandContext): Promise<n
           limit: request.limit,
           limitReached,
           quorum: { required: engine.quorum, nodes: engine.nodes.length, answered: up },
-          locks: judged.map(({ inspection, verdict, holding }) => ({
-            resource: inspection.resource,
-            verdict,
-            holder: inspection.holder ?? null,
-            lease: inspection.ttl ?? null,
-            fence: inspection.fence ?? null,
-            holding,
-          })),
+          locks: entries.flatMap((entry) =>
+            entry.kind === 'lock'
+              ? [
+                  {
+                    kind: entry.kind,
+                    resource: entry.resource,
+                    verdict: entry.lock.verdict,
+                    holder: entry.lock.inspection.holder ?? null,
+                    lease: entry.lock.inspection.ttl ?? null,
+                    fence: entry.lock.inspection.fence ?? null,
+                    holding: entry.lock.holding,
+                  },
+                ]
+              : [],
+          ),
+          readWriteLocks: leasesOf('read-write'),
+          semaphores: leasesOf('semaphore'),
         },
         null,
         2,
       ),
     );
-  } else if (judged.length === 0) {
+  } else if (entries.length === 0) {
     term.print(`No locks match '${pattern}'.`);
   } else {
+    // The kind is named once there is more than plain locks to tell apart.
+    const kinds = entries.some((entry) => entry.kind !== 'lock');
+    const columns: Column[] = [
+      { title: 'RESOURCE' },
+      ...(kinds ? [{ title: 'KIND' }] : []),
+      { title: 'STATE' },
+      { title: 'HOLDER' },
+      { title: 'NODES', align: 'right' },
+      { title: 'LEASE', align: 'right' },
+      { title: 'FENCE', align: 'right' },
+    ];
     term.table(
-      [
-        { title: 'RESOURCE' },
-        { title: 'STATE' },
-        { title: 'HOLDER' },
-        { title: 'NODES', align: 'right' },
-        { title: 'LEASE', align: 'right' },
-        { title: 'FENCE', align: 'right' },
-      ],
-      judged.map(({ inspection, verdict, holding }) => [
-        inspection.resource,
-        verdictCell(verdict),
-        inspection.holder ?? '-',
-        verdict === 'held' ? `${holding}/${engine.nodes.length}` : '-',
-        formatLease(inspection.ttl),
-        inspection.fence === undefined ? '-' : String(inspection.fence),
+      columns,
+      entries.map((entry): Cell[] => [
+        entry.resource,
+        ...(kinds ? [entry.kind] : []),
+        ...(entry.kind === 'lock'
+          ? lockCells(entry.lock, engine.nodes.length)
+          : listCells(engine, entry.lease)),
       ]),
     );
     term.print();
     term.print(
-      `${plural(judged.length, 'resource')} matching '${pattern}'` +
+      `${plural(entries.length, 'resource')} matching '${pattern}'` +
         (limitReached ? ` (stopped at --limit ${request.limit}; there may be more)` : '') +
         '.',
     );
@@ -93,4 +152,15 @@ export async function list({ engine, request, term }: CommandContext): Promise<n
     );
   }
   return failed ? EXIT_FAILED : EXIT_OK;
+}
+
+/** A lock's cells after its resource (and kind): state, holder, nodes, lease, fence. */
+function lockCells({ inspection, verdict, holding }: JudgedLock, nodes: number): Cell[] {
+  return [
+    verdictCell(verdict),
+    inspection.holder ?? '-',
+    verdict === 'held' ? `${holding}/${nodes}` : '-',
+    formatLease(inspection.ttl),
+    inspection.fence === undefined ? '-' : String(inspection.fence),
+  ];
 }

@@ -9,7 +9,7 @@ import {
   type LockVerdict,
   type NodeLockState,
 } from '../../engine/internal.js';
-import { plural, type Cell, type Column, type Terminal } from '../cli-output.js';
+import { plural, type Cell, type Column, type Terminal, type Tone } from '../cli-output.js';
 import { formatLease } from '../durations.js';
 
 /** A remaining lease in ms: null when there is no key. */
@@ -52,8 +52,13 @@ export function inspectionJson(engine: LockEngine, judged: JudgedLock) {
   };
 }
 
+/** How a verdict reads: held good, free dim, unknown bad. */
+export function verdictTone(verdict: LockVerdict): Tone {
+  return verdict === 'held' ? 'good' : verdict === 'free' ? 'dim' : 'bad';
+}
+
 export function verdictCell(verdict: LockVerdict): Cell {
-  return { text: verdict, tone: verdict === 'held' ? 'good' : verdict === 'free' ? 'dim' : 'bad' };
+  return { text: verdict, tone: verdictTone(verdict) };
 }
 
 /** One sentence on what the nodes say about the resource. */
