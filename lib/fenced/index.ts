@@ -17,7 +17,7 @@ export type {
   FencedWriteOptions,
   RowKey,
   SqlDialect,
-} from './fenced-sql.js';
+} from './fenced-types.js';
 export { pgFence, type PgQueryable } from './pg.js';
 export { sqliteFence, SqliteFencedTable, type SqliteDatabase } from './sqlite.js';
 export { typeormFence } from './typeorm.js';

@@ -1,12 +1,7 @@
 import type { Kysely } from 'kysely';
-import {
-  AsyncFencedTable,
-  FencedSql,
-  type FencedRow,
-  type FencedTable,
-  type FencedTableOptions,
-  type SqlDialect,
-} from './fenced-sql.js';
+import { AsyncFencedTable } from './async-fenced-table.js';
+import { FencedSql } from './fenced-sql.js';
+import type { FencedRow, FencedTable, FencedTableOptions, SqlDialect } from './fenced-types.js';
 
 export interface KyselyFenceOptions extends FencedTableOptions {
   /** The dialect the Kysely instance was created with: `PostgresDialect` or `SqliteDialect`. */

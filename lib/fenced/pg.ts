@@ -1,10 +1,6 @@
-import {
-  AsyncFencedTable,
-  FencedSql,
-  type FencedRow,
-  type FencedTable,
-  type FencedTableOptions,
-} from './fenced-sql.js';
+import { AsyncFencedTable } from './async-fenced-table.js';
+import { FencedSql } from './fenced-sql.js';
+import type { FencedRow, FencedTable, FencedTableOptions } from './fenced-types.js';
 
 /**
  * What the PostgreSQL adapter needs of `pg`: a `Pool`, a `Client` or a

@@ -7,7 +7,7 @@ import {
   FencedValueChangedError,
   FencedWriteRejectedError,
 } from './fenced-errors.js';
-import { checkToken } from './fenced-sql.js';
+import { checkToken } from './fenced-checks.js';
 
 /** The fields of a Redis hash, as Redis returns them: strings. */
 export type HashFields = Record<string, string>;

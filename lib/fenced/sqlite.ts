@@ -1,11 +1,11 @@
-import {
-  FencedSql,
-  type FencedRow,
-  type FencedTableOptions,
-  type FencedWriteOptions,
-  type RowKey,
-  type SqlStatement,
-} from './fenced-sql.js';
+import { FencedSql } from './fenced-sql.js';
+import type {
+  FencedRow,
+  FencedTableOptions,
+  FencedWriteOptions,
+  RowKey,
+  SqlStatement,
+} from './fenced-types.js';
 
 /**
  * What the SQLite adapter needs of a `better-sqlite3` `Database`. Typed by

@@ -1,13 +1,8 @@
 import type { DataSource, EntityManager } from 'typeorm';
 import { LockOptionsError } from '../engine/lock-errors.js';
-import {
-  AsyncFencedTable,
-  FencedSql,
-  type FencedRow,
-  type FencedTable,
-  type FencedTableOptions,
-  type SqlDialect,
-} from './fenced-sql.js';
+import { AsyncFencedTable } from './async-fenced-table.js';
+import { FencedSql } from './fenced-sql.js';
+import type { FencedRow, FencedTable, FencedTableOptions, SqlDialect } from './fenced-types.js';
 
 /** TypeORM driver types and the dialect of their SQL. */
 const DIALECTS: Readonly<Record<string, SqlDialect>> = {
