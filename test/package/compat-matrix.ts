@@ -66,8 +66,8 @@ export interface PreparedApp {
 }
 
 /**
- * Starts installing and compiling every cell under `work` (two heavy steps at
- * a time, in CELLS order); the cell's tests await its promise.
+ * Starts installing and compiling every cell under `work` (a few at a time,
+ * support/app-installs.ts); the cell's tests await its promise.
  */
 export function prepareMatrix(work: string, tarball: string): Map<string, Promise<PreparedApp>> {
   const prepared = new Map<string, Promise<PreparedApp>>();
@@ -122,9 +122,13 @@ function post(port: number, path: string): Promise<Reply> {
       let text = '';
       res.setEncoding('utf8');
       res.on('data', (chunk: string) => (text += chunk));
-      res.on('end', () =>
-        resolve({ status: res.statusCode!, headers: res.headers, body: JSON.parse(text) }),
-      );
+      res.on('end', () => {
+        try {
+          resolve({ status: res.statusCode!, headers: res.headers, body: JSON.parse(text) });
+        } catch {
+          reject(new Error(`POST ${path} answered ${res.statusCode} with no JSON: ${text}`));
+        }
+      });
     });
     req.on('error', reject);
     req.end();
@@ -174,6 +178,15 @@ export function describeCompatMatrix(
     it('type-checks against the installed declarations with its own tsc and tsconfig.json', () => {
       expect(app.typecheck.stdout + app.typecheck.stderr).toBe('');
       expect(app.typecheck.code).toBe(0);
+    });
+
+    it(`loads the package with ${cell.app.kind === 'ESM' ? 'import' : 'require()'}, as tsc compiled it`, async () => {
+      const compiled = await readFile(join(app.dir, 'dist/app.module.js'), 'utf8');
+      const loads =
+        cell.app.kind === 'ESM'
+          ? /^import .* from ["']nestjs-redis-lock["'];$/m
+          : /\brequire\(["']nestjs-redis-lock["']\)/;
+      expect(compiled).toMatch(loads);
     });
 
     it(

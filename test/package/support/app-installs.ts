@@ -21,6 +21,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { copyFile, cp, mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { limiter, mustRun, run, type RunResult } from './processes.js';
@@ -31,8 +32,13 @@ export const APP_CACHE = join(ROOT, 'node_modules/.cache/nestjs-redis-lock-packa
 const LAYOUT = 1;
 export const NPM_FLAGS = ['--prefer-offline', '--no-audit', '--no-fund'];
 
-/** npm installs and tsc runs: two at a time, on a 2-core machine. */
-const heavy = limiter(2);
+/** npm installs: two at a time (a cold one mostly waits for the registry). */
+const installing = limiter(2);
+/**
+ * tsc runs, which keep a core busy: one core is left to the rest of the test
+ * run (Jest's other worker, whose specs measure time).
+ */
+const compiling = limiter(Math.max(1, availableParallelism() - 1));
 
 const unique = (): string => `${process.pid}-${randomBytes(4).toString('hex')}`;
 
@@ -111,7 +117,7 @@ export function cachedInstall(
           await copyFile(join(from, 'package-lock.json'), join(partial, 'package-lock.json'));
         }
         await writeFile(join(partial, 'package.json'), text);
-        await heavy(() =>
+        await installing(() =>
           mustRun(`npm install for ${name}`, 'npm', ['install', ...NPM_FLAGS], partial, timeoutMs),
         );
         // Another run may have finished the same install first: either is as good.
@@ -165,7 +171,7 @@ export async function appFromCache(
     await cp(dir, work, { recursive: true, filter: (path) => path !== join(dir, 'package.json') });
   for (const [path, content] of Object.entries(sources.files ?? {}))
     await writeFile(join(work, path), content);
-  await heavy(() =>
+  await installing(() =>
     mustRun(
       'npm install of the packed tarball',
       'npm',
@@ -190,7 +196,7 @@ export async function compileApp(
 ): Promise<RunResult> {
   const args = [tsc, '-p', 'tsconfig.json', '--incremental'];
   args.push('--tsBuildInfoFile', join(outDir, '.tsbuildinfo'));
-  const result = await heavy(() => run(process.execPath, args, work, timeoutMs));
+  const result = await compiling(() => run(process.execPath, args, work, timeoutMs));
   if (result.code === 0 && !result.stdout && !result.stderr) {
     const kept = join(cache, outDir);
     const next = `${kept}.tmp-${unique()}`;
