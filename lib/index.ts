@@ -43,4 +43,12 @@ export {
   Semaphore,
   Permit,
   MAX_PERMITS,
+  type ReadWriteInspection,
+  type SemaphoreInspection,
+  type LeaseInspection,
+  type LeaseHolding,
+  type LineWaiter,
+  type NodeLeaseState,
+  type NodeLeaseHolder,
+  type NodeLineWaiter,
 } from './engine/index.js';

@@ -27,3 +27,13 @@ export type { LockHealth, LockInspection, NodeHealth, NodeLockState } from './lo
 export { readWriteLock, semaphore } from './lease-parts.js';
 export { ReadWriteHold, ReadWriteLock, type LockMode } from './read-write-lock.js';
 export { MAX_PERMITS, Permit, Semaphore } from './semaphore.js';
+export type {
+  LeaseHolding,
+  LeaseInspection,
+  LineWaiter,
+  NodeLeaseHolder,
+  NodeLeaseState,
+  NodeLineWaiter,
+  ReadWriteInspection,
+  SemaphoreInspection,
+} from './admin/lease-verdict.js';

@@ -5,6 +5,8 @@ import type { AcquireOptions, UsingOptions } from './lock-options.js';
 import { LeasePrimitive, type LeaseReply, type LeaseRequest } from './lease-primitive.js';
 import type { EngineContext } from './engine-context.js';
 import { RW_ACQUIRE, RW_EXTEND, RW_RELEASE, RW_WRITEBACK } from './rw-lua.js';
+import { inspectLeases } from './admin/lease-inspection.js';
+import type { ReadWriteInspection } from './admin/lease-verdict.js';
 
 /** How a read-write lock is held: shared by readers, or by one writer alone. */
 export type LockMode = 'read' | 'write';
@@ -90,6 +92,18 @@ export class ReadWriteLock extends LeasePrimitive {
       routine as (lock: Lock) => T | Promise<T>,
       options,
     );
+  }
+
+  /**
+   * What the nodes hold for this lock now: each node's holders (mode, lease,
+   * token) and line of waiters, and the verdict (held for reading or
+   * writing, free, or unknown when too few nodes answer). A snapshot for
+   * operators and health checks: acquire the lock to act on it.
+   */
+  async inspect(): Promise<ReadWriteInspection> {
+    const { nodes, options, quorum } = this.context;
+    const timeout = this.context.nodeTimeout(options.ttl) * 5;
+    return (await inspectLeases(nodes, options.keyPrefix, this.name, quorum, timeout)).readWrite;
   }
 
   protected busyMessage(mode: string): string {

@@ -5,6 +5,8 @@ import type { AcquireOptions, UsingOptions } from './lock-options.js';
 import { LeasePrimitive, type LeaseReply, type LeaseRequest } from './lease-primitive.js';
 import type { EngineContext } from './engine-context.js';
 import { SEM_ACQUIRE, SEM_EXTEND, SEM_RELEASE, SEM_WRITEBACK } from './semaphore-lua.js';
+import { inspectLeases } from './admin/lease-inspection.js';
+import type { SemaphoreInspection } from './admin/lease-verdict.js';
 
 /** The most permits a semaphore may have: each attempt may scan its slots. */
 export const MAX_PERMITS = 10_000;
@@ -88,6 +90,26 @@ export class Semaphore extends LeasePrimitive {
   /** Runs `routine` with a permit, extending its lease meanwhile, and always gives it back. */
   using<T>(routine: (permit: Permit) => T | Promise<T>, options?: UsingOptions): Promise<T> {
     return this.usingLease('permit', routine as (lock: Lock) => T | Promise<T>, options);
+  }
+
+  /**
+   * What the nodes hold for this semaphore now: each node's permits (slot,
+   * lease, token) and line of waiters, and the verdict (held, free, or
+   * unknown when too few nodes answer), with this object's N as `permits`.
+   * A snapshot for operators and health checks: acquire a permit to act on it.
+   */
+  async inspect(): Promise<SemaphoreInspection> {
+    const { nodes, options, quorum } = this.context;
+    const timeout = this.context.nodeTimeout(options.ttl) * 5;
+    const { semaphore } = await inspectLeases(
+      nodes,
+      options.keyPrefix,
+      this.name,
+      quorum,
+      timeout,
+      this.permits,
+    );
+    return semaphore;
   }
 
   protected busyMessage(): string {

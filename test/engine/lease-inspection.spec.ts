@@ -293,6 +293,32 @@ describe('reading read-write locks and semaphores off the nodes', () => {
     expect(free.semaphore).toMatchObject({ verdict: 'free', present: false, holders: [] });
   });
 
+  it('ReadWriteLock.inspect() and Semaphore.inspect() read their own name, the semaphore with its N', async () => {
+    const name = unique('own');
+    const rw = readWriteLock(engine, name);
+    const sem = semaphore(engine, name, 3);
+    const write = await rw.acquire('write');
+    expect(await rw.inspect()).toMatchObject({
+      kind: 'read-write',
+      resource: name,
+      verdict: 'held',
+      mode: 'write',
+    });
+    expect(await sem.inspect()).toMatchObject({
+      kind: 'semaphore',
+      resource: name,
+      verdict: 'free',
+      permits: 3,
+      present: false,
+    });
+    const permit = await sem.acquire();
+    expect((await sem.inspect()).holders.map((h) => [h.slot, h.value])).toEqual([
+      [permit.slot, permit.value],
+    ]);
+    await Promise.all([write.release(), permit.release()]);
+    expect(await rw.inspect()).toMatchObject({ verdict: 'free', holders: [] });
+  });
+
   it('leaves out entries past their expiry, as the scripts do', async () => {
     const name = unique('expired');
     await writeEntry(`lock:{${name}}:rw`, 'ghost', (expiry) => `r ${expiry} 5`, -1000);

@@ -1,5 +1,4 @@
 import type { LockMode } from '../read-write-lock.js';
-import type { LockVerdict } from './lock-verdict.js';
 
 /**
  * What the nodes' entries for a read-write lock or a semaphore add up to.
@@ -39,6 +38,7 @@ export interface NodeLineWaiter {
 
 /** One node's answer about a read-write lock or a semaphore. */
 export interface NodeLeaseState {
+  /** The node's label (`host:port`, or its Sentinel or cluster seeds). */
   readonly node: string;
   /** The live holders, or undefined when the node did not answer. */
   readonly holders: readonly NodeLeaseHolder[] | undefined;
@@ -46,13 +46,17 @@ export interface NodeLeaseState {
   readonly line: readonly NodeLineWaiter[] | undefined;
   /** The last token this node issued for the name (as NodeLockState's fence), null: none. */
   readonly fence: number | null | undefined;
+  /** Why the node did not answer. */
   readonly error?: string;
 }
 
 /** A holding as the nodes add it up. */
 export interface LeaseHolding {
+  /** The holding's value (`lock.value` of the hold or permit). */
   readonly value: string;
+  /** A read-write hold's mode; undefined for a permit. */
   readonly mode?: LockMode;
+  /** A permit's slot, 1 to N; undefined for a read-write hold. */
   readonly slot?: number;
   /** How many nodes have a live entry for it. */
   readonly nodes: number;
@@ -68,8 +72,11 @@ export interface LeaseHolding {
 
 /** A waiter as the nodes' lines add it up. */
 export interface LineWaiter {
+  /** The waiter's id (the value of its first attempt). */
   readonly waiter: string;
+  /** When it lined up, in epoch ms of the nodes' clock: the line goes by arrival. */
   readonly arrival: number;
+  /** The mode a read-write waiter asks for; undefined in a semaphore's line. */
   readonly mode?: LockMode;
   /** How many nodes keep its place. */
   readonly nodes: number;
@@ -81,13 +88,14 @@ export interface LineWaiter {
 
 /** What a read-write lock's or a semaphore's inspection says, whichever it is. */
 export interface LeaseInspection {
+  /** The name of the read-write lock or semaphore. */
   readonly resource: string;
   /**
    * held: some holding stands on a quorum of nodes; free: none does, and none
    * could even counting the nodes that did not answer; unknown: too few
    * answered to tell.
    */
-  readonly verdict: LockVerdict;
+  readonly verdict: 'held' | 'free' | 'unknown';
   /** True when some node that answered has a live holder or a waiter in line. */
   readonly present: boolean;
   /** The holdings that stand on a quorum. */
@@ -105,11 +113,13 @@ export interface LeaseInspection {
   readonly answered: number;
   /** The highest fence counter on any node: the last token issued for the name. */
   readonly fence: number | undefined;
+  /** Each node's answer, in the engine's node order. */
   readonly nodes: readonly NodeLeaseState[];
 }
 
 /** A read-write lock's inspection. */
 export interface ReadWriteInspection extends LeaseInspection {
+  /** Which primitive this is. */
   readonly kind: 'read-write';
   /** When held: 'write' (one writer) or 'read' (`holders.length` readers). */
   readonly mode: LockMode | undefined;
@@ -117,6 +127,7 @@ export interface ReadWriteInspection extends LeaseInspection {
 
 /** A semaphore's inspection. */
 export interface SemaphoreInspection extends LeaseInspection {
+  /** Which primitive this is. */
   readonly kind: 'semaphore';
   /**
    * N, when the caller knows it: the nodes do not keep it (each caller
@@ -195,7 +206,7 @@ function judgeLeases(
   const holders = holdings.filter((h) => h.nodes >= quorum);
   const uncertain = holdings.filter((h) => h.nodes < quorum && h.nodes + silent >= quorum);
   const stale = holdings.filter((h) => h.nodes + silent < quorum);
-  const verdict: LockVerdict =
+  const verdict: LeaseInspection['verdict'] =
     holders.length > 0 ? 'held' : uncertain.length > 0 || silent >= quorum ? 'unknown' : 'free';
   const line = [...places.values()]
     .map((list): LineWaiter => {
