@@ -92,16 +92,16 @@ const METHOD_ONLY = ['onBusy', 'holdAtLeast', 'tick'];
 const OWN = { Locked: ['mode'], Limited: ['permits'] };
 
 /**
- * Checks the options of `@Locked()` or `@Limited()` (`allowOnBusy` true, the
- * default, or the decorator's name), or the module's `locked` defaults
- * (`false`), where they are written.
+ * Checks the options of a decorated method (`forMethod`: true or 'Locked'
+ * for `@Locked()`, 'Limited' for `@Limited()`), or the module's `locked`
+ * defaults (`false`), where they are written.
  */
 export function checkLockedOptions(
   where: string,
   options: unknown,
-  allowOnBusy: boolean | keyof typeof OWN = true,
+  forMethod: boolean | keyof typeof OWN = true,
 ): LockedOptions & Partial<LimitedOptions> {
-  const decorator = allowOnBusy === true ? 'Locked' : allowOnBusy;
+  const decorator = forMethod === true ? 'Locked' : forMethod;
   if (options === undefined) {
     if (decorator === 'Limited') throw permitsError(where, undefined);
     return {};
