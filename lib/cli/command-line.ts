@@ -32,7 +32,8 @@ export const COMMANDS: Readonly<Record<CommandName, CommandSpec>> = {
     args: '<resource>',
     minArgs: 1,
     maxArgs: 1,
-    summary: 'holder, lease and fence counter of one lock on every node',
+    summary:
+      'holder, lease and fence counter of one lock on every node, and its read-write lock and semaphore',
     options: ['permits'],
     details: `Shows what each node holds for the resource (the lock's value, its remaining
 lease and the fence counter, i.e. the last token the node issued: for this
@@ -50,7 +51,7 @@ Exit code 0 when held or free, 1 when a section is unknown.`,
     args: '[pattern]',
     minArgs: 0,
     maxArgs: 1,
-    summary: 'the locks whose resource matches a pattern',
+    summary: 'the locks, read-write locks and semaphores whose name matches a pattern',
     options: ['limit'],
     details: `Lists the resources with a lock key on any node whose name matches the
 pattern (a Redis glob: * ? [abc]; default *), each with its verdict, holder,

@@ -56,6 +56,9 @@ describe('parsing the command line', () => {
         REDIS_LOCK_NODES: NODE,
       }),
     ).toMatchObject({ yes: true, fenceCounterTtl: 0 });
+    expect(
+      parseCommandLine(['inspect', 'payments', '--permits', '4'], { REDIS_LOCK_NODES: NODE }),
+    ).toMatchObject({ command: 'inspect', target: 'payments', permits: 4 });
   });
 
   it('asks for help or the version without needing nodes', () => {
