@@ -66,7 +66,11 @@ export interface LeaseHolding {
    * of a quorum, its longest entry's.
    */
   readonly lease: number;
-  /** The highest token among its entries (the one its holder was given). */
+  /**
+   * Its holder's token: the one a quorum of its entries record (a grant's
+   * token is written back until a quorum carries it; a node outside that
+   * quorum may record another). Short of such a quorum, the highest.
+   */
   readonly token: number;
 }
 
@@ -248,8 +252,16 @@ function holdingOf(list: readonly NodeLeaseHolder[], quorum: number): LeaseHoldi
     ...(slot === undefined ? {} : { slot }),
     nodes: list.length,
     lease: list.length >= quorum ? leases[quorum - 1] : leases[0],
-    token: Math.max(...list.map((h) => h.token)),
+    token: quorumToken(list, quorum) ?? Math.max(...list.map((h) => h.token)),
   };
+}
+
+/** The token at least `quorum` of the entries record (at most one can), or undefined. */
+function quorumToken(list: readonly NodeLeaseHolder[], quorum: number): number | undefined {
+  const counts = new Map<number, number>();
+  for (const { token } of list) counts.set(token, (counts.get(token) ?? 0) + 1);
+  for (const [token, count] of counts) if (count >= quorum) return token;
+  return undefined;
 }
 
 /** Writers first, then by value. */
