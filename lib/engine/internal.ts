@@ -3,7 +3,7 @@
 // (package.json "exports" does not name it), so nothing here is a promise to users.
 export * from './index.js';
 export { normalizeResources, resourceProblem } from './lock-engine.js';
-export { describeResources } from './lock-errors.js';
+export { describeResources } from './describe-resources.js';
 export { type ResolvedEngineOptions } from './lock-options.js';
 export { resolveEngineOptions } from './resolve-options.js';
 export { findRisks, type ClusterFacts, type NodeFacts, type ServerFacts } from './node-checks.js';

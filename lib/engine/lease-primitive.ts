@@ -60,7 +60,7 @@ const waitOf = (reply: LeaseReply) => (reply.granted ? undefined : (reply.wait ?
  * The handles are plain {@link Lock}s whose owner is this object: `token`,
  * `signal`, `extend()`, `release()` and `await using` work as for a lock.
  */
-export abstract class LeasePrimitive implements LockOwner, Acquirer<LeaseRequest> {
+export abstract class LeasePrimitive implements LockOwner {
   /** The resource's lock key, `<keyPrefix>{<name>}`: every key below shares its hash tag. */
   protected readonly lockKey: string;
   /** The holders hash; releases publish on its channel, which wakes the waiters. */
@@ -153,7 +153,7 @@ export abstract class LeasePrimitive implements LockOwner, Acquirer<LeaseRequest
       ),
       kind,
     };
-    return await acquireWith(this.context, request, this);
+    return await acquireWith(this.context, request, this.acquirer);
   }
 
   protected tryLease(kind: string, options: Omit<AcquireOptions, 'retry' | 'waitTimeout'> = {}) {
@@ -182,8 +182,14 @@ export abstract class LeasePrimitive implements LockOwner, Acquirer<LeaseRequest
     }
   }
 
-  /** @internal One attempt on every node (the engine's acquisition loop calls it). */
-  async attempt(request: LeaseRequest): Promise<Grant | Refusal> {
+  /** What the engine's acquisition loop calls: one attempt, and leaving the lines. */
+  private readonly acquirer: Acquirer<LeaseRequest> = {
+    attempt: (request) => this.attempt(request),
+    leaveLines: (request) => this.leaveLines(request),
+  };
+
+  /** One attempt on every node. */
+  private async attempt(request: LeaseRequest): Promise<Grant | Refusal> {
     const { context } = this;
     checkCanAttempt(context, request);
     const { kind } = request;
@@ -316,8 +322,8 @@ export abstract class LeasePrimitive implements LockOwner, Acquirer<LeaseRequest
     for (const node of this.context.nodes) this.releaseCall(node, value).catch(() => undefined);
   }
 
-  /** @internal Granted or not, a place left in a node's line would rank ahead of later waiters. */
-  leaveLines(request: LeaseRequest): void {
+  /** Granted or not, a place left in a node's line would rank ahead of later waiters. */
+  private leaveLines(request: LeaseRequest): void {
     for (const node of this.context.nodes)
       node.client.hdel(this.lineKey, request.waiter).catch(() => undefined);
   }

@@ -305,7 +305,7 @@ export class LockAdmin {
 }
 
 /**
- * @internal What the nodes' answers about `resource` add up to: held when a
+ * What the nodes' answers about `resource` add up to: held when a
  * quorum holds the same value. Shared with the in-memory engine of the
  * testing entry point, so both judge alike.
  */

@@ -1,3 +1,4 @@
+import { describeResources } from './describe-resources.js';
 /**
  * Every error this package throws is a {@link LockError}; the subclasses tell
  * apart the situations a caller reacts to differently: the resource is busy
@@ -160,15 +161,6 @@ export class LockOptionsError extends LockError {
  */
 export class LockConfigurationError extends LockError {
   override readonly code = 'LOCK_UNSAFE_CONFIGURATION';
-}
-
-/** @internal How messages name resources: the first three, then how many more. */
-export function describeResources(resources: readonly string[]): string {
-  const shown = resources
-    .slice(0, 3)
-    .map((r) => `'${r}'`)
-    .join(', ');
-  return resources.length > 3 ? `${shown} and ${resources.length - 3} more` : shown;
 }
 
 /** What to do about node failures, from what kind they are. */

@@ -15,7 +15,7 @@ import { LockKeyError } from '../locked/locked.errors.js';
  */
 const lockFailures = new WeakSet<object>();
 
-/** @internal */
+/** Marks `error` as a failure to lock (so the interceptor and filters know it for one). */
 export function markLockFailure<T>(error: T): T {
   if (typeof error === 'object' && error !== null) lockFailures.add(error);
   return error;

@@ -15,7 +15,7 @@ export interface LockParam {
   readonly pick: (lock: Lock) => unknown;
 }
 
-/** @internal What RedisLockModule installs on the classes whose methods are locked. */
+/** What RedisLockModule installs on the classes whose methods are locked. */
 export interface LockedRuntime {
   readonly engine: LockEngine;
   readonly defaults: LockedDefaults;

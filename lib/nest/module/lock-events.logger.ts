@@ -8,7 +8,7 @@ import {
   type Lock,
   type LockEngine,
   type LockLogger,
-} from '../../engine/index.js';
+} from '../../engine/internal.js';
 import { markLogged } from '../context/lock-failures.js';
 import type {} from '../scheduling/skipped-run.event.js';
 

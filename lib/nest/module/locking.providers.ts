@@ -8,7 +8,7 @@ import { REDIS_LOCK_MODULE_OPTIONS } from './redis-lock.module-definition.js';
 import type { RedisLockModuleOptions } from './redis-lock.options.js';
 
 /**
- * @internal What every module that provides LockService also registers: the
+ * What every module that provides LockService also registers: the
  * lock context, the set-up of `@Locked()` methods and the interceptor. Shared
  * with the testing module, so that a test runs the same Nest layer.
  */
