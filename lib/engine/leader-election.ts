@@ -9,7 +9,8 @@ import {
   LockOptionsError,
 } from './lock-errors.js';
 import { type RetryOptions } from './lock-options.js';
-import { checkMs, MAX_TIMER_MS } from './option-checks.js';
+import { checkMs, MAX_TIMER_MS, resolveRetry } from './option-checks.js';
+import { lineLease } from './retry-delay.js';
 
 /** Why a term ended: its lease was lost, the leader stepped down, or the election was closed. */
 export type RetirementReason = 'lost' | 'stepped-down' | 'closed';
@@ -105,6 +106,8 @@ export class LeaderElection {
   readonly name: string;
   private readonly ttl: number;
   private readonly retry: RetryOptions | undefined;
+  /** How long an instance that stepped down sits out before it contends again (ms). */
+  private readonly handOver: number;
   private readonly onElected: LeaderElectionOptions['onElected'];
   private readonly onRetired: LeaderElectionOptions['onRetired'];
   /** Aborted by close(): stops a pending acquisition and the loop. */
@@ -141,6 +144,10 @@ export class LeaderElection {
     }
     this.ttl = options.ttl === undefined ? engine.options.ttl : checkMs('ttl', options.ttl, 10);
     this.retry = options.retry;
+    // A live contender asks again at least once within the time the nodes keep its place in
+    // the waiters' line, even if no release reached it (one that was still between its first
+    // attempts, say): sitting out that long hands the lock to it rather than winning it back.
+    this.handOver = lineLease(resolveRetry('retry', options.retry, engine.options.retry));
     for (const key of ['onElected', 'onRetired'] as const) {
       if (options[key] !== undefined && typeof options[key] !== 'function') {
         throw new LockOptionsError(
@@ -188,8 +195,11 @@ export class LeaderElection {
   /**
    * Ends the current term: aborts its signal, releases the lock (so a
    * waiting instance takes over within a round trip) and calls onRetired.
-   * This instance then contends again, behind the instances already waiting.
-   * Resolves when the term is over; a no-op when not leading.
+   * This instance then sits out for as long as the nodes keep a waiter's
+   * place in line (850 ms with the default retry policy), so that any other
+   * instance that contends takes over even if it was between two attempts,
+   * and then contends again, behind the instances waiting. Resolves when
+   * the term is over; a no-op when not leading.
    */
   async stepDown(): Promise<void> {
     const current = this.current;
@@ -237,7 +247,11 @@ export class LeaderElection {
           continue;
         }
         outages = 0;
-        await this.lead(lock);
+        if ((await this.lead(lock)) === 'stepped-down') {
+          await sleep(this.handOver, undefined, { signal: this.stopping.signal }).catch(
+            () => undefined,
+          );
+        }
       }
     } finally {
       const waiters = this.electedWaiters;
@@ -263,8 +277,8 @@ export class LeaderElection {
     return false;
   }
 
-  /** Holds one term, from the grant until it ends; then retires it. */
-  private async lead(lock: Lock): Promise<void> {
+  /** Holds one term, from the grant until it ends; then retires it. Resolves with why it ended. */
+  private async lead(lock: Lock): Promise<RetirementReason> {
     const controller = new AbortController();
     const term: LeaderTerm = Object.freeze({
       name: this.name,
@@ -320,6 +334,7 @@ export class LeaderElection {
     }
     await this.call('onRetired', () => this.onRetired?.(term, reason));
     retired();
+    return reason;
   }
 
   /** Runs a callback; what it throws (or rejects with) is logged, never thrown into the loop. */

@@ -29,6 +29,11 @@ interface Instance {
   readonly retired: { term: LeaderTerm; reason: RetirementReason; leaderAfter: boolean }[];
   /** Resolves once `count` terms of this instance have retired. */
   retirements(count: number): Promise<void>;
+  /**
+   * Resolves once this instance waits in the nodes' line: an attempt that
+   * joined it (any after the first) was refused.
+   */
+  readonly inLine: Promise<void>;
 }
 
 let open: Instance[] = [];
@@ -71,7 +76,19 @@ function instance(name: string, options: LeaderElectionOptions = {}): Instance {
     retired.length >= count
       ? Promise.resolve()
       : new Promise<void>((resolve) => waiting.push({ count, resolve }));
-  const created = { engine: own, election, logger, elected, retired, retirements };
+  const inLine = deferred<void>();
+  own.on('contended', ({ attempt }) => {
+    if (attempt >= 2) inLine.resolve();
+  });
+  const created = {
+    engine: own,
+    election,
+    logger,
+    elected,
+    retired,
+    retirements,
+    inLine: inLine.promise,
+  };
   open.push(created);
   return created;
 }
@@ -98,6 +115,7 @@ describe('LeaderElection', () => {
     expect(inspection.holder).toBeDefined();
 
     const others = instances.filter((i) => i !== leader);
+    await Promise.all(others.map((i) => i.inLine));
     const next = firstLeader(others);
     const started = performance.now();
     await leader.election.stepDown();
@@ -114,6 +132,28 @@ describe('LeaderElection', () => {
     expect(instances.filter((i) => i.election.isLeader)).toEqual([successor]);
     // The one that stepped down contends again, behind the instance still waiting.
     expect(leader.election.closed).toBe(false);
+  });
+
+  it('a step-down hands over to an instance that just began to contend, not back to itself', async () => {
+    const name = 'leader:starting';
+    const a = instance(name);
+    const term = await a.election.whenElected();
+    // b starts while a steps down: its first attempts race the release and it has no place in
+    // the nodes' line yet. The instance stepping down sits out long enough for it to ask again.
+    const b = instance(name);
+    const winner = Promise.race([
+      b.election.whenElected().then(() => 'b'),
+      a.retirements(1).then(() => a.election.whenElected().then(() => 'a')),
+    ]);
+    await a.election.stepDown();
+    expect(await winner).toBe('b');
+    expect(b.election.epoch).toBeGreaterThan(term.epoch);
+    expect(a.election.isLeader).toBe(false);
+    // a contends again once it sat out: it leads when b steps down.
+    await a.inLine;
+    const back = a.election.whenElected();
+    await b.election.stepDown();
+    expect((await back).epoch).toBeGreaterThan(b.elected[0]!.epoch);
   });
 
   it('keeps the lease renewed while it leads, past several leases', async () => {
@@ -137,6 +177,7 @@ describe('LeaderElection', () => {
     const [a, b] = [instance(name), instance(name)];
     const [leader, term] = await firstLeader([a, b]);
     const other = leader === a ? b : a;
+    await other.inLine;
     const next = other.election.whenElected();
     const started = performance.now();
     await leader.election.close();
