@@ -19,7 +19,6 @@ export {
 } from './admin/counter-lifetimes.js';
 export { collectRisks } from './node-checks.js';
 // What the Nest layer and the testing entry point use besides the public names.
-export { keepAlive } from './keep-alive.js';
 export { type ResolvedRetry } from './lock-options.js';
 export { checkMs, resolveRetry } from './option-checks.js';
 export { rejectUnknownOptions } from './resolve-options.js';
@@ -28,7 +27,7 @@ export { judgeInspection } from './lock-admin.js';
 export { retryDelay } from './retry-delay.js';
 // A call's options, checked and resolved the same way by every engine (the in-memory one too).
 export { callTimings, checkCallOptions, SINGLE_ATTEMPT } from './call-request.js';
-export { renewLease } from './lease-renewal.js';
+export { holdWhile, keepAlive } from './lease-renewal.js';
 // The read-write locks and semaphores of a name, read and judged for operators (the CLI).
 export {
   judgeReadWrite,

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { keepAlive } from './keep-alive.js';
+import { keepAlive } from './lease-renewal.js';
 import type { Lock } from './lock.js';
 import { normalizeResources, type LockEngine } from './lock-engine.js';
 import {

@@ -15,7 +15,7 @@ import type { AcquireOptions, UsingOptions } from './lock-options.js';
 import type { LuaScript } from './lua-scripts.js';
 import { leaseValue } from './lease-value.js';
 import { extendLease, releaseLease } from './lease-rounds.js';
-import { renewLease } from './lease-renewal.js';
+import { holdWhile } from './lease-renewal.js';
 import { quorumRound } from './quorum-round.js';
 import { settleTokens } from './token-settlement.js';
 
@@ -166,20 +166,13 @@ export abstract class LeasePrimitive implements LockOwner {
     options: UsingOptions = {},
   ): Promise<T> {
     const lock = await this.acquireLease(kind, options);
-    if (options.autoExtend !== false) {
-      lock.stopExtending = renewLease(
-        lock,
-        (ttl, budget) => this.extend(lock, ttl, budget),
-        this.context.options.extendThreshold,
-        this.context.options.retry,
-      );
-    }
-    try {
-      return await routine(lock);
-    } finally {
-      const result = await lock.release();
-      options.onReleased?.(result);
-    }
+    return holdWhile(
+      lock,
+      (ttl, budget) => this.extend(lock, ttl, budget),
+      this.context.options,
+      routine,
+      options,
+    );
   }
 
   /** What the engine's acquisition loop calls: one attempt, and leaving the lines. */

@@ -21,7 +21,7 @@ import { checkMs, resolveRetry } from './option-checks.js';
 import { resolveEngineOptions } from './resolve-options.js';
 import { leaseValue } from './lease-value.js';
 import { extendLease, releaseLease } from './lease-rounds.js';
-import { renewLease } from './lease-renewal.js';
+import { holdWhile } from './lease-renewal.js';
 import { EXTEND, RELEASE } from './lua-scripts.js';
 import { checkNodes } from './node-checks.js';
 import { nodeClockOffset } from './node-clock.js';
@@ -224,20 +224,13 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     options: UsingOptions = {},
   ): Promise<T> {
     const lock = await this.acquire(resources, options);
-    if (options.autoExtend !== false) {
-      lock.stopExtending = renewLease(
-        lock,
-        (ttl, budget) => this.extend(lock, ttl, budget),
-        this.options.extendThreshold,
-        this.options.retry,
-      );
-    }
-    try {
-      return await routine(lock);
-    } finally {
-      const result = await lock.release();
-      options.onReleased?.(result);
-    }
+    return holdWhile(
+      lock,
+      (ttl, budget) => this.extend(lock, ttl, budget),
+      this.options,
+      routine,
+      options,
+    );
   }
 
   /**

@@ -13,7 +13,7 @@ import {
   normalizeResources,
   resolveEngineOptions,
   resolveRetry,
-  renewLease,
+  holdWhile,
   retryDelay,
   SINGLE_ATTEMPT,
   type AcquireOptions,
@@ -238,20 +238,7 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
     options: UsingOptions = {},
   ): Promise<T> {
     const lock = await this.acquire(resources, options);
-    if (options.autoExtend !== false) {
-      lock.stopExtending = renewLease(
-        lock,
-        (ttl) => this.extend(lock, ttl),
-        this.options.extendThreshold,
-        this.options.retry,
-      );
-    }
-    try {
-      return await routine(lock);
-    } finally {
-      const result = await lock.release();
-      options.onReleased?.(result);
-    }
+    return holdWhile(lock, (ttl) => this.extend(lock, ttl), this.options, routine, options);
   }
 
   /** Renews the lease on the nodes that still hold it; LockLostError when it is gone. */
