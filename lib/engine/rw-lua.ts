@@ -29,6 +29,12 @@ export const LINE_PLACES = 64;
  * none); `raise()` lifts it to a token found elsewhere, never lowers it;
  * `increment()` counts a grant: a counter that does not exist starts at the
  * seed (a clock reading past any earlier token), as the plain lock's does.
+ *
+ * Both keep their holders in one hash per resource, field -> 'tag expiry
+ * token' (a read-write lock: holder value -> mode; a semaphore: slot ->
+ * holder value), expiry in ms of the node's clock. `entries()` prunes the
+ * expired ones and returns the live ones as {field, tag, expiry, token}
+ * (the token as written, a decimal string).
  */
 export const LEASE_LUA = `local function now()
   local t = redis.call('TIME')
@@ -51,7 +57,53 @@ local function increment(key, seed, ttl)
   end
   return token
 end
+local function entries(key, clock)
+  local all, live = redis.call('HGETALL', key), {}
+  for i = 1, #all, 2 do
+    local tag, expiry, token = string.match(all[i + 1], '^(%S+) (%d+) (%d+)$')
+    expiry = tonumber(expiry)
+    if not expiry or expiry <= clock then
+      redis.call('HDEL', key, all[i])
+    else
+      live[#live + 1] = { field = all[i], tag = tag, expiry = expiry, token = token }
+    end
+  end
+  return live
+end
 `;
+
+/**
+ * The body of a second fencing round, the same for read-write locks and
+ * semaphores: raise the counter to the chosen token and record it in the
+ * caller's entry, only while that entry is live. `mine(entry, slot)` comes
+ * from the primitive's prelude. KEYS: holders hash, fence counter. ARGV:
+ * value, counter ttl ms ('0': none), token, then the slot (semaphores).
+ * Returns 1 when written, 0 when the entry is gone here.
+ */
+export const WRITEBACK_LUA = `for _, e in ipairs(entries(KEYS[1], now())) do
+  if mine(e, ARGV[4]) then
+    raise(KEYS[2], ARGV[3], ARGV[2])
+    redis.call('HSET', KEYS[1], e.field, string.format('%s %d %s', e.tag, e.expiry, ARGV[3]))
+    return 1
+  end
+end
+return 0`;
+
+/**
+ * The body of an extension, the same for read-write locks and semaphores:
+ * renew the caller's entry only while it is live (one that expired is never
+ * re-created). KEYS: holders hash. ARGV: value, ttl ms, then the slot
+ * (semaphores). Returns 1 when renewed, 0 when the entry is gone here.
+ */
+export const EXTEND_LUA = `local clock, ttl = now(), tonumber(ARGV[2])
+for _, e in ipairs(entries(KEYS[1], clock)) do
+  if mine(e, ARGV[3]) then
+    redis.call('HSET', KEYS[1], e.field, string.format('%s %d %s', e.tag, clock + ttl, e.token))
+    cover(KEYS[1], ttl)
+    return 1
+  end
+end
+return 0`;
 
 /**
  * A resource's holders live in one hash, `<lock key>:rw`, value -> 'mode
@@ -62,18 +114,13 @@ end
  * expired entries and returns the live ones as {value, mode, expiry, token}.
  */
 const RW_PRELUDE = `${LEASE_LUA}local function holders(key, clock)
-  local entries, live = redis.call('HGETALL', key), {}
-  for i = 1, #entries, 2 do
-    local mode, expiry, token = string.match(entries[i + 1], '^(%a) (%d+) (%d+)$')
-    expiry = tonumber(expiry)
-    if not expiry or expiry <= clock then
-      redis.call('HDEL', key, entries[i])
-    else
-      live[#live + 1] = { value = entries[i], mode = mode, expiry = expiry, token = tonumber(token) }
-    end
+  local live = entries(key, clock)
+  for i, e in ipairs(live) do
+    live[i] = { value = e.field, mode = e.tag, expiry = e.expiry, token = tonumber(e.token) }
   end
   return live
 end
+local function mine(e) return e.field == ARGV[1] end
 `;
 
 /**
@@ -159,44 +206,11 @@ return {1}`,
   RW_PRELUDE,
 );
 
-/**
- * Second fencing round of a read or write grant: raise the counter to the
- * chosen token (and record it in our entry), only while our entry is live.
- * KEYS: holders hash, fence counter. ARGV: value, counter ttl ms ('0': none),
- * token. Returns 1 when written, 0 when our entry is gone here.
- */
-export const RW_WRITEBACK = extraScript(
-  'rw-writeback',
-  `local clock = now()
-for _, h in ipairs(holders(KEYS[1], clock)) do
-  if h.value == ARGV[1] then
-    raise(KEYS[2], ARGV[3], ARGV[2])
-    redis.call('HSET', KEYS[1], h.value, string.format('%s %d %s', h.mode, h.expiry, ARGV[3]))
-    return 1
-  end
-end
-return 0`,
-  RW_PRELUDE,
-);
+/** Second fencing round of a read or write grant (WRITEBACK_LUA). */
+export const RW_WRITEBACK = extraScript('rw-writeback', WRITEBACK_LUA, RW_PRELUDE);
 
-/**
- * Renew one holder's lease, only while its entry is live: an entry that
- * expired is never re-created. KEYS: holders hash. ARGV: value, ttl ms.
- * Returns 1 when renewed, 0 when the entry is gone here.
- */
-export const RW_EXTEND = extraScript(
-  'rw-extend',
-  `local clock, ttl = now(), tonumber(ARGV[2])
-for _, h in ipairs(holders(KEYS[1], clock)) do
-  if h.value == ARGV[1] then
-    redis.call('HSET', KEYS[1], h.value, string.format('%s %d %d', h.mode, clock + ttl, h.token))
-    cover(KEYS[1], ttl)
-    return 1
-  end
-end
-return 0`,
-  RW_PRELUDE,
-);
+/** Renew one holder's lease (EXTEND_LUA). */
+export const RW_EXTEND = extraScript('rw-extend', EXTEND_LUA, RW_PRELUDE);
 
 /**
  * Drop one holder's entry, then, when anyone waits in the line, tell the

@@ -1,4 +1,4 @@
-import { extraScript, LEASE_LUA, LINE_PLACES } from './rw-lua.js';
+import { EXTEND_LUA, extraScript, LEASE_LUA, LINE_PLACES, WRITEBACK_LUA } from './rw-lua.js';
 
 /**
  * Lua shared by the semaphore scripts. A semaphore's permits are numbered
@@ -11,18 +11,13 @@ import { extraScript, LEASE_LUA, LINE_PLACES } from './rw-lua.js';
  * permits are valid.
  */
 const SEM_PRELUDE = `${LEASE_LUA}local function permits(key, clock)
-  local entries, live = redis.call('HGETALL', key), {}
-  for i = 1, #entries, 2 do
-    local value, expiry, token = string.match(entries[i + 1], '^(%S+) (%d+) (%d+)$')
-    expiry = tonumber(expiry)
-    if not expiry or expiry <= clock then
-      redis.call('HDEL', key, entries[i])
-    else
-      live[#live + 1] = { slot = tonumber(entries[i]), value = value, expiry = expiry, token = tonumber(token) }
-    end
+  local live = entries(key, clock)
+  for i, e in ipairs(live) do
+    live[i] = { slot = tonumber(e.field), value = e.tag, expiry = e.expiry, token = tonumber(e.token) }
   end
   return live
 end
+local function mine(e, slot) return e.tag == ARGV[1] and e.field == slot end
 `;
 
 /**
@@ -106,43 +101,11 @@ return {1, slot}`,
   SEM_PRELUDE,
 );
 
-/**
- * Second fencing round of a permit: raise the counter to the chosen token
- * (and record it in the permit), only while the permit is live here.
- * KEYS: holders hash, fence counter. ARGV: value, counter ttl ms ('0':
- * none), token, slot. Returns 1 when written, 0 when the permit is gone here.
- */
-export const SEM_WRITEBACK = extraScript(
-  'sem-writeback',
-  `for _, p in ipairs(permits(KEYS[1], now())) do
-  if p.value == ARGV[1] and p.slot == tonumber(ARGV[4]) then
-    raise(KEYS[2], ARGV[3], ARGV[2])
-    redis.call('HSET', KEYS[1], p.slot, string.format('%s %d %s', p.value, p.expiry, ARGV[3]))
-    return 1
-  end
-end
-return 0`,
-  SEM_PRELUDE,
-);
+/** Second fencing round of a permit (WRITEBACK_LUA; the slot is ARGV[4]). */
+export const SEM_WRITEBACK = extraScript('sem-writeback', WRITEBACK_LUA, SEM_PRELUDE);
 
-/**
- * Renew one permit's lease, only while it is live in its slot.
- * KEYS: holders hash. ARGV: value, ttl ms, slot.
- * Returns 1 when renewed, 0 when the permit is gone here.
- */
-export const SEM_EXTEND = extraScript(
-  'sem-extend',
-  `local clock, ttl = now(), tonumber(ARGV[2])
-for _, p in ipairs(permits(KEYS[1], clock)) do
-  if p.value == ARGV[1] and p.slot == tonumber(ARGV[3]) then
-    redis.call('HSET', KEYS[1], p.slot, string.format('%s %d %d', p.value, clock + ttl, p.token))
-    cover(KEYS[1], ttl)
-    return 1
-  end
-end
-return 0`,
-  SEM_PRELUDE,
-);
+/** Renew one permit's lease, only while it is live in its slot (EXTEND_LUA; the slot is ARGV[3]). */
+export const SEM_EXTEND = extraScript('sem-extend', EXTEND_LUA, SEM_PRELUDE);
 
 /**
  * Give back whatever slot the value holds here (the permit, or a slot a
