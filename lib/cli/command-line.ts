@@ -27,6 +27,10 @@ export interface CommandSpec {
   readonly examples: readonly string[];
 }
 
+/** What `release --kind` names. */
+export const RELEASE_KINDS = ['lock', 'read-write', 'semaphore'] as const;
+export type ReleaseKind = (typeof RELEASE_KINDS)[number];
+
 export const COMMANDS: Readonly<Record<CommandName, CommandSpec>> = {
   inspect: {
     args: '<resource>',
@@ -64,15 +68,23 @@ nodes answered (the list could miss locks).`,
     args: '<resource>',
     minArgs: 1,
     maxArgs: 1,
-    summary: 'force-release a stuck lock, whoever holds it',
-    options: ['yes'],
-    details: `Deletes the lock key of the resource on every node and wakes its waiters.
-The holder is not told and may go on writing: its fencing token keeps its
-late writes out. Shows the lock and asks for confirmation first, unless
---yes; without a terminal to ask on, --yes is required. Exit code 1 when no
-node held the lock (nothing released), when it was declined, or when fewer
-than a quorum of nodes answered.`,
-    examples: ['release order:42', 'release order:42 --yes'],
+    summary: 'force-release a stuck lock, read-write lock or semaphore, whoever holds it',
+    options: ['yes', 'kind', 'holder'],
+    details: `Deletes the lock key of the resource on every node and wakes its waiters;
+for a read-write lock or a semaphore of that name, every holder's entry (or
+only the one --holder names: a value that inspect shows), waking their
+waiters as a release does. When the name has more than one of them, say
+which with --kind. The holders are not told and may go on writing: their
+fencing tokens keep their late writes out. Shows what it will release and
+asks for confirmation first, unless --yes; without a terminal to ask on,
+--yes is required. Exit code 1 when no node held it (nothing released),
+when it was declined, or when fewer than a quorum of nodes answered.`,
+    examples: [
+      'release order:42',
+      'release order:42 --yes',
+      'release catalogue --kind read-write --holder 3Jd9F0aQ',
+      'release payments-api --kind semaphore',
+    ],
   },
   reseed: {
     args: '[pattern]',
@@ -150,6 +162,16 @@ export const COMMAND_OPTIONS: Readonly<Record<string, OptionSpec>> = {
     type: 'string',
     value: '<n>',
     help: "the semaphore's N, to show the permits in use out of it (the nodes do not keep it)",
+  },
+  kind: {
+    type: 'string',
+    value: '<kind>',
+    help: `what to release when the name has several: ${RELEASE_KINDS.join(', ')}`,
+  },
+  holder: {
+    type: 'string',
+    value: '<value>',
+    help: 'release only this holder of a read-write lock or semaphore (its value, as inspect shows it)',
   },
 };
 

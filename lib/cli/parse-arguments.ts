@@ -15,7 +15,9 @@ import {
   isCommand,
   MAX_LIMIT,
   NODES_EXAMPLE,
+  RELEASE_KINDS,
   type CommandName,
+  type ReleaseKind,
 } from './command-line.js';
 import { UsageError } from './exit-codes.js';
 import { suggest } from './suggestions.js';
@@ -38,6 +40,10 @@ export interface CommandRequest {
   readonly yes: boolean;
   /** The semaphore's N for inspect, when given. */
   readonly permits: number | undefined;
+  /** What release releases, when given. */
+  readonly releaseKind: ReleaseKind | undefined;
+  /** The one holder release releases, when given. */
+  readonly holder: string | undefined;
 }
 
 /**
@@ -145,7 +151,30 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
     limit: readLimit(last('limit')),
     yes: flags.has('yes'),
     permits: readPermits(last('permits')),
+    ...readRelease(last('kind'), last('holder')),
   };
+}
+
+function readRelease(
+  kind: string | undefined,
+  holder: string | undefined,
+): Pick<CommandRequest, 'releaseKind' | 'holder'> {
+  if (kind !== undefined && !(RELEASE_KINDS as readonly string[]).includes(kind)) {
+    throw new UsageError(
+      `--kind is one of ${RELEASE_KINDS.join(', ')} (got '${kind}')${suggest(kind, RELEASE_KINDS, '--kind ')}`,
+    );
+  }
+  if (holder !== undefined && kind === 'lock') {
+    throw new UsageError(
+      `--holder names one holder of a read-write lock or semaphore; a lock has one holder: leave --holder out, or write --kind read-write or --kind semaphore`,
+    );
+  }
+  if (holder === '') {
+    throw new UsageError(
+      `--holder needs a holder's value as inspect shows it, e.g. --holder 3Jd9F0aQ`,
+    );
+  }
+  return { releaseKind: kind as ReleaseKind | undefined, holder };
 }
 
 function commandIn(positionals: readonly string[]): string {

@@ -9,7 +9,7 @@ import {
 import { callRequest, fenceSeed, SINGLE_ATTEMPT, type CallRequest } from './call-request.js';
 import type { EngineContext } from './engine-context.js';
 import { type Lock, type LockOwner, type ReleaseResult } from './lock.js';
-import type { LockLostError } from './lock-errors.js';
+import { LockOptionsError, type LockLostError } from './lock-errors.js';
 import type { LockNode } from './lock-node.js';
 import type { AcquireOptions, UsingOptions } from './lock-options.js';
 import type { LuaScript } from './lua-scripts.js';
@@ -17,6 +17,7 @@ import { leaseValue } from './lease-value.js';
 import { extendLease, releaseLease } from './lease-rounds.js';
 import { holdWhile } from './lease-renewal.js';
 import { quorumRound } from './quorum-round.js';
+import { bounded } from './time-bound.js';
 import { settleTokens } from './token-settlement.js';
 
 /** One node's answer to an acquisition, in a shape common to both primitives. */
@@ -110,6 +111,43 @@ export abstract class LeasePrimitive implements LockOwner {
   ): Lock;
   /** The message of a first attempt's LockBusyError, in this primitive's words. */
   protected abstract busyMessage(kind: string): string;
+  /** The holders' values in a node's holders hash (field -> entry). */
+  protected abstract holderValues(hash: Readonly<Record<string, string>>): string[];
+
+  /**
+   * For operators, when a holder is stuck: releases every holding of this
+   * name (or only the one whose value is `holder`, as `inspect()` shows it)
+   * on every node that answers, and wakes the waiters as a release does.
+   * The holders are not told; their fencing tokens keep their late writes
+   * out. Resolves with how many entries were deleted, summed over the nodes
+   * (0: nothing held there any more); never rejects over a node that fails.
+   */
+  async forceRelease(holder?: string): Promise<number> {
+    if (holder !== undefined && (typeof holder !== 'string' || holder === '')) {
+      throw new LockOptionsError(
+        `forceRelease() takes a holder's value as inspect() shows it, or nothing to release every holder (got ${String(holder)}).`,
+      );
+    }
+    const timeout = this.context.nodeTimeout(this.context.options.ttl) * 5;
+    const deleted = await Promise.all(
+      this.context.nodes.map(async (node) => {
+        try {
+          const values =
+            holder === undefined
+              ? this.holderValues(await bounded(node.client.hgetall(this.channelKey), timeout))
+              : [holder];
+          const removed = await Promise.all(
+            // Waiters are woken even where this engine does not listen for releases itself.
+            values.map((value) => bounded(this.releaseCall(node, value, '1'), timeout)),
+          );
+          return removed.reduce<number>((sum, n) => sum + Number(n), 0);
+        } catch {
+          return 0;
+        }
+      }),
+    );
+    return deleted.reduce((sum, n) => sum + n, 0);
+  }
 
   /**
    * KEYS and ARGV every acquisition script starts with: the holders hash, the
@@ -128,9 +166,9 @@ export abstract class LeasePrimitive implements LockOwner {
     };
   }
 
-  private releaseCall(node: LockNode, value: string) {
+  private releaseCall(node: LockNode, value: string, notify = this.context.notify) {
     // A cluster's message stays on the key's shard (SPUBLISH), as the plain lock's does.
-    const { notify, sender } = this.context;
+    const { sender } = this.context;
     return node.run(
       this.scripts.release,
       [this.channelKey, this.lineKey],

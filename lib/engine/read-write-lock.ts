@@ -126,6 +126,11 @@ export class ReadWriteLock extends LeasePrimitive {
     return reply[0] === 1 ? { granted: true, token: reply[1] } : { granted: false, wait: reply[1] };
   }
 
+  /** A holders hash maps each holder's value to its entry. */
+  protected holderValues(hash: Readonly<Record<string, string>>): string[] {
+    return Object.keys(hash);
+  }
+
   protected where(): [] {
     return [];
   }

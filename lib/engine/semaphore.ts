@@ -135,6 +135,11 @@ export class Semaphore extends LeasePrimitive {
       : { granted: false, wait: reply[1] };
   }
 
+  /** A holders hash maps each slot to 'value expiry token'. */
+  protected holderValues(hash: Readonly<Record<string, string>>): string[] {
+    return [...new Set(Object.values(hash).map((entry) => entry.split(' ')[0]))];
+  }
+
   protected where(slot: number | undefined): [number] {
     return [slot ?? 0];
   }

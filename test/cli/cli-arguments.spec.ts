@@ -59,6 +59,11 @@ describe('parsing the command line', () => {
     expect(
       parseCommandLine(['inspect', 'payments', '--permits', '4'], { REDIS_LOCK_NODES: NODE }),
     ).toMatchObject({ command: 'inspect', target: 'payments', permits: 4 });
+    expect(
+      parseCommandLine(['release', 'catalogue', '--kind', 'read-write', '--holder', 'v1'], {
+        REDIS_LOCK_NODES: NODE,
+      }),
+    ).toMatchObject({ command: 'release', releaseKind: 'read-write', holder: 'v1' });
   });
 
   it('asks for help or the version without needing nodes', () => {
@@ -86,6 +91,17 @@ describe('parsing the command line', () => {
     );
     expect((mistake(['list', '--json=yes']) as Error).message).toBe(
       '--json takes no value: write --json alone (got --json=yes)',
+    );
+    expect((mistake(['release', 'x', '--kind', 'semaphor']) as Error).message).toBe(
+      "--kind is one of lock, read-write, semaphore (got 'semaphor') (did you mean --kind semaphore?)",
+    );
+    expect(
+      (mistake(['release', 'x', '--kind', 'lock', '--holder', 'v1']) as Error).message,
+    ).toMatch(
+      /^--holder names one holder of a read-write lock or semaphore; a lock has one holder/,
+    );
+    expect((mistake(['inspect', 'x', '--holder', 'v1']) as Error).message).toBe(
+      "--holder is an option of 'release', not of 'inspect': leave it out (see 'nestjs-redis-lock inspect --help')",
     );
   });
 });

@@ -313,4 +313,104 @@ describe('the command line on read-write locks and semaphores', () => {
     );
     await hold.release().catch(() => undefined);
   });
+
+  describe('release', () => {
+    /** A waiter that would sleep 20 s before asking again: only a release's message wakes it sooner. */
+    const WOKEN_ONLY: RetryOptions = { delay: 20_000, factor: 1, maxDelay: 20_000, jitter: 0 };
+
+    it('releases one reader by --holder, then the rest, and the waiting writer is woken at once', async () => {
+      const name = unique('catalogue');
+      const [first, second] = await Promise.all(
+        [1, 2].map(() => readWriteLock(app, name).acquire('read', { ttl: 60_000 })),
+      );
+      const inLine = nextLockEvent(other, 'contended', name, 2);
+      const writing = readWriteLock(other, name)
+        .acquire('write', { retry: WOKEN_ONLY, waitTimeout: 25_000 })
+        .then((hold) => ({ hold, at: performance.now() }));
+      await inLine;
+
+      const one = await cli(['release', name, '--holder', first.value, '--yes', ...nodes()]);
+      expect(one).toMatchObject({ code: 0, stderr: '' });
+      expect(one.stdout.trimEnd().split('\n').at(-1)).toBe(
+        `Released holder '${first.value}' of the read-write lock '${name}': deleted 3 entries on the nodes and woke its waiters.`,
+      );
+      const after = await readWriteLock(app, name).inspect();
+      expect(after.holders.map((h) => h.value)).toEqual([second.value]);
+      expect(after.line).toHaveLength(1);
+
+      // Only a read-write lock has that name: no --kind needed.
+      const rest = await cli(['release', name, '--yes', '--json', ...nodes()]);
+      expect(rest.code).toBe(0);
+      expect(json(rest)).toMatchObject({
+        resource: name,
+        kind: 'read-write',
+        holder: null,
+        released: true,
+        deleted: 3,
+        nodes: 3,
+        before: { verdict: 'held' },
+      });
+      const { hold, at } = await writing;
+      expect(at - rest.exitedAt).toBeLessThan(10_000);
+      expect(hold.token).toBeGreaterThan(Math.max(first.token!, second.token!));
+      // The released readers learn of it at their next extension; their release finds nothing.
+      expect((await first.release()).released).toBe(false);
+      await Promise.all([second.release(), hold.release()]);
+    });
+
+    it("releases a semaphore's permits, and its waiter is woken at once", async () => {
+      const name = unique('payments');
+      const permits = await Promise.all(
+        [1, 2].map(() => semaphore(app, name, 2).acquire({ ttl: 60_000 })),
+      );
+      const inLine = nextLockEvent(other, 'contended', name, 2);
+      const waiting = semaphore(other, name, 2)
+        .acquire({ retry: WOKEN_ONLY, waitTimeout: 25_000 })
+        .then((permit) => ({ permit, at: performance.now() }));
+      await inLine;
+      const result = await cli(['release', name, '--kind', 'semaphore', '--yes', ...nodes()]);
+      expect(result).toMatchObject({ code: 0, stderr: '' });
+      expect(result.stdout).toContain(`Semaphore ${name}: 2 permits held`);
+      expect(result.stdout.trimEnd().split('\n').at(-1)).toBe(
+        `Released every holder of the semaphore '${name}': deleted 6 entries on the nodes and woke its waiters.`,
+      );
+      const { permit, at } = await waiting;
+      expect(at - result.exitedAt).toBeLessThan(10_000);
+      await Promise.all([permit, ...permits].map((p) => p.release()));
+    });
+
+    it('asks for --kind when a name has several, and exits 1 for a holder it does not have', async () => {
+      const name = unique('both');
+      const lock = await app.acquire(name, { ttl: 60_000 });
+      const permit = await semaphore(app, name, 1).acquire({ ttl: 60_000 });
+      const ambiguous = await cli(['release', name, '--yes', ...nodes()]);
+      expect(ambiguous).toMatchObject({ code: 2, stdout: '' });
+      expect(ambiguous.stderr).toBe(
+        `nestjs-redis-lock: '${name}' has a lock and a semaphore: say which to release, e.g. nestjs-redis-lock release '${name}' --kind lock\n`,
+      );
+      const stranger = await cli([
+        'release',
+        name,
+        '--kind',
+        'semaphore',
+        '--holder',
+        'nobody',
+        '--yes',
+        ...nodes(),
+      ]);
+      expect(stranger).toMatchObject({ code: 1, stdout: '' });
+      expect(stranger.stderr).toContain(
+        `no node that answered has a holder 'nobody' of the semaphore '${name}': nothing to release.`,
+      );
+      const none = await cli(['release', name, '--kind', 'read-write', '--yes', ...nodes()]);
+      expect(none).toMatchObject({ code: 1, stdout: '' });
+      expect(none.stderr).toContain(
+        `'${name}' has no read-write lock held on any node that answered: nothing to release.`,
+      );
+      // Nothing was released by the refusals.
+      expect((await app.inspect(name)).holder).toBe(lock.value);
+      expect((await semaphore(app, name, 1).inspect()).holders).toHaveLength(1);
+      await Promise.all([lock.release(), permit.release()]);
+    });
+  });
 });

@@ -135,6 +135,25 @@ describe('read-write locks', () => {
     await w.release();
   });
 
+  it('forceRelease() drops one holder by its value, or every holder; the holders learn it at their next extension', async () => {
+    const name = unique('forced');
+    const [first, second] = await Promise.all(
+      [a, b].map((engine) => readWriteLock(engine, name).acquire('read', { ttl: 60_000 })),
+    );
+    const rw = readWriteLock(a, name);
+    expect(await rw.forceRelease(first.value)).toBe(3);
+    expect((await rw.inspect()).holders.map((h) => h.value)).toEqual([second.value]);
+    await expect(first.extend()).rejects.toBeInstanceOf(LockLostError);
+    expect(await rw.forceRelease()).toBe(3);
+    expect(await rw.forceRelease()).toBe(0);
+    await expect(second.extend()).rejects.toBeInstanceOf(LockLostError);
+    const writer = await readWriteLock(b, name).tryAcquire('write');
+    await writer.release();
+    await expect(rw.forceRelease('')).rejects.toThrow(
+      /takes a holder's value as inspect\(\) shows it/,
+    );
+  });
+
   it('says what to change for a wrong mode or name', async () => {
     expect(() => readWriteLock(a, '')).toThrow(LockOptionsError);
     await expect(readWriteLock(a, 'x').acquire('upgrade' as 'read')).rejects.toThrow(

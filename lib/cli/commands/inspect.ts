@@ -2,25 +2,16 @@
  * `inspect <resource>`: holder, lease and fence counter of one lock on every
  * node, and the read-write lock and the semaphore of that name when it has them.
  */
-import { inspectLeases, judgeLock } from '../../engine/internal.js';
 import { BIN } from '../command-line.js';
 import { EXIT_FAILED, EXIT_OK } from '../exit-codes.js';
-import { READ_TIMEOUT_MS, type CommandContext } from './context.js';
+import type { CommandContext } from './context.js';
 import { leaseJson, leaseSection } from './lease-report.js';
 import { inspectionJson, nodeTable, summary } from './lock-report.js';
+import { readName } from './read-name.js';
 
 export async function inspect({ engine, request, term }: CommandContext): Promise<number> {
   const resource = request.target!;
-  // The lock first: it checks the name, so a name no engine takes is a usage error here.
-  const judged = judgeLock(await engine.inspect(resource), engine.quorum);
-  const leases = await inspectLeases(
-    engine.nodes,
-    engine.options.keyPrefix,
-    resource,
-    engine.quorum,
-    READ_TIMEOUT_MS,
-    request.permits,
-  );
+  const { lock: judged, ...leases } = await readName(engine, resource, request.permits);
   const others = [leases.readWrite, leases.semaphore].filter((inspection) => inspection.present);
   // A lock without a key anywhere says nothing beside the read-write lock or semaphore of its name.
   const showLock = others.length === 0 || judged.verdict !== 'free' || judged.keyed > 0;
