@@ -29,6 +29,7 @@ const UNIT = [
   'test/sample/checkout.service.spec.ts',
   'test/support/nest-smoke.spec.ts',
   'test/testing/in-memory-engine.spec.ts',
+  'test/testing/memory-leases.spec.ts',
   'test/testing/redis-lock-testing.module.spec.ts',
   'test/topologies/topology-specs.spec.ts',
 ].map((file) => `<rootDir>/${file}`);

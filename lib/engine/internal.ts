@@ -47,3 +47,6 @@ export {
   type LeaseInspections,
   type LeaseListing,
 } from './admin/lease-inspection.js';
+// What the in-memory engine's read-write locks and semaphores check and say, as the real ones do.
+export { checkMode, readWriteBusyMessage } from './read-write-lock.js';
+export { checkPermits, semaphoreBusyMessage } from './semaphore.js';

@@ -107,9 +107,7 @@ export class ReadWriteLock extends LeasePrimitive {
   }
 
   protected busyMessage(mode: string): string {
-    return mode === 'write'
-      ? `'${this.name}' is held by readers or a writer, or a waiter came first; retry later, or acquire with a wait (retry options) instead of a single attempt.`
-      : `'${this.name}' is held by a writer, or a writer waits ahead; retry later, or acquire with a wait (retry options) instead of a single attempt.`;
+    return readWriteBusyMessage(this.name, mode);
   }
 
   protected async acquireCall(
@@ -155,9 +153,17 @@ export class ReadWriteLock extends LeasePrimitive {
   }
 }
 
-function checkMode(mode: unknown): LockMode {
+/** A mode as given by a caller, or LockOptionsError. */
+export function checkMode(mode: unknown): LockMode {
   if (mode === 'read' || mode === 'write') return mode;
   throw new LockOptionsError(
     `A read-write lock is taken in mode 'read' or 'write' (got ${typeof mode === 'string' ? `'${mode}'` : typeof mode}).`,
   );
+}
+
+/** The message of a first attempt's LockBusyError on a read-write lock. */
+export function readWriteBusyMessage(name: string, mode: string): string {
+  return mode === 'write'
+    ? `'${name}' is held by readers or a writer, or a waiter came first; retry later, or acquire with a wait (retry options) instead of a single attempt.`
+    : `'${name}' is held by a writer, or a writer waits ahead; retry later, or acquire with a wait (retry options) instead of a single attempt.`;
 }

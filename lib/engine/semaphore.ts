@@ -65,11 +65,7 @@ export class Semaphore extends LeasePrimitive {
     readonly permits: number,
   ) {
     const checked = context.resourceName(name);
-    if (!Number.isInteger(permits) || permits < 1 || permits > MAX_PERMITS) {
-      throw new LockOptionsError(
-        `A semaphore has a whole number of permits from 1 to ${MAX_PERMITS} (got ${String(permits)} for '${checked}').`,
-      );
-    }
+    checkPermits(checked, permits);
     super(context, checked, 'sem', {
       writeback: SEM_WRITEBACK,
       extend: SEM_EXTEND,
@@ -113,10 +109,7 @@ export class Semaphore extends LeasePrimitive {
   }
 
   protected busyMessage(): string {
-    return (
-      `All ${this.permits} permits of '${this.name}' are held, or earlier waiters take the free ones; ` +
-      'retry later, acquire with a wait (retry options) instead of a single attempt, or raise the permits.'
-    );
+    return semaphoreBusyMessage(this.name, this.permits);
   }
 
   protected async acquireCall(
@@ -163,4 +156,21 @@ export class Semaphore extends LeasePrimitive {
       validUntil,
     );
   }
+}
+
+/** Throws LockOptionsError unless `permits` is a whole number from 1 to MAX_PERMITS. */
+export function checkPermits(name: string, permits: unknown): void {
+  if (!Number.isInteger(permits) || (permits as number) < 1 || (permits as number) > MAX_PERMITS) {
+    throw new LockOptionsError(
+      `A semaphore has a whole number of permits from 1 to ${MAX_PERMITS} (got ${String(permits)} for '${name}').`,
+    );
+  }
+}
+
+/** The message of a first attempt's LockBusyError on a semaphore. */
+export function semaphoreBusyMessage(name: string, permits: number): string {
+  return (
+    `All ${permits} permits of '${name}' are held, or earlier waiters take the free ones; ` +
+    'retry later, acquire with a wait (retry options) instead of a single attempt, or raise the permits.'
+  );
 }

@@ -69,6 +69,7 @@ import {
   up,
   vote,
 } from './memory-nodes.js';
+import { MemoryReadWriteLock, MemorySemaphore, type LeaseHost } from './memory-leases.js';
 import type { LockGrant, MemoryState } from './memory-state.js';
 
 export type { ForeignHold } from './memory-hooks.js';
@@ -141,7 +142,36 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
       line: emptyLine(),
       locks: new Map(),
       history: [],
+      leases: new Map(),
+      leaseFences: new Map(),
       closed: false,
+    };
+  }
+
+  /**
+   * Many readers or one writer on `resource`, in memory: the methods of a
+   * `ReadWriteLock` (acquire, tryAcquire, using, inspect, forceRelease) with
+   * its semantics, so `LockService.readWriteLock()` and `@Locked(key, { mode })`
+   * work under the testing module.
+   */
+  readWriteLock(resource: string): MemoryReadWriteLock {
+    return new MemoryReadWriteLock(this.leaseHost, resource);
+  }
+
+  /**
+   * At most `permits` holders of `name` at once, in memory: the methods of a
+   * `Semaphore`, so `LockService.semaphore()` and `@Limited()` work under the
+   * testing module.
+   */
+  semaphore(name: string, permits: number): MemorySemaphore {
+    return new MemorySemaphore(this.leaseHost, name, permits);
+  }
+
+  /** What the in-memory read-write locks and semaphores share with the engine. */
+  private get leaseHost(): LeaseHost {
+    return {
+      state: this.state,
+      failed: (request, attempts, error, nodes) => this.failed(request, attempts, error, nodes),
     };
   }
 

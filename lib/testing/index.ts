@@ -10,3 +10,4 @@ export {
   type InMemoryLockEngineOptions,
   type LockGrant,
 } from './in-memory-lock-engine.js';
+export type { MemoryReadWriteLock, MemorySemaphore } from './memory-leases.js';

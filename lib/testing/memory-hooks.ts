@@ -110,6 +110,8 @@ export function resetState(state: MemoryState): void {
     node.down = undefined;
   }
   state.locks.clear();
+  state.leases.clear();
+  state.leaseFences.clear();
   state.history.length = 0;
   state.closed = false;
 }

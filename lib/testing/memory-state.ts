@@ -1,4 +1,4 @@
-import type { Lock, ResolvedEngineOptions } from '../engine/internal.js';
+import type { Lock, LockMode, ResolvedEngineOptions } from '../engine/internal.js';
 import type { WaitLine } from './memory-line.js';
 
 /** One grant, as {@link InMemoryLockEngine.grants} reports it. */
@@ -15,6 +15,16 @@ export interface LockGrant {
   readonly by: 'engine' | 'elsewhere';
   /** `performance.now()` at the grant (faked along with the timers under Jest's fake timers). */
   readonly at: number;
+}
+
+/** A holder of an in-memory read-write lock or semaphore (the same on every node). */
+export interface MemoryHolding {
+  readonly value: string;
+  readonly mode?: LockMode;
+  readonly slot?: number;
+  /** `performance.now()` when its lease ends. */
+  expiresAt: number;
+  readonly token: number;
 }
 
 /** A simulated Redis node: lock keys, fence counters, and whether it answers. */
@@ -40,6 +50,10 @@ export interface MemoryState {
   readonly locks: Map<string, Lock>;
   /** Every grant, oldest first. */
   readonly history: LockGrant[];
+  /** The holders of read-write locks and semaphores, by their key. */
+  readonly leases: Map<string, MemoryHolding[]>;
+  /** Their fence counters, by the same key. */
+  readonly leaseFences: Map<string, number>;
   /** Set by close(): acquisitions fail until reset(). */
   closed: boolean;
 }

@@ -38,7 +38,7 @@ import {
   RedisLockModule,
   type Lock,
 } from '../../lib/index.js';
-import { RedisLockTestingModule } from '../../lib/testing/index.js';
+import { InMemoryLockEngine, RedisLockTestingModule } from '../../lib/testing/index.js';
 import { deferred, Latches } from '../support/latch.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import { quietLogger } from '../support/quiet-logger.js';
@@ -433,35 +433,77 @@ describe('@Locked(key, { mode }) and @Limited() options', () => {
 describe('@Locked(key, { mode }) and @Limited() under RedisLockTestingModule', () => {
   @Injectable()
   class Modes {
+    constructor(private readonly locks: LockService) {}
+
     @Locked('x:<0>', { mode: 'read' })
-    async read(id: number) {
-      return id;
+    async read(id: number, @CurrentLock() hold?: Lock) {
+      return { id, hold };
     }
 
-    @Limited('y', { permits: 2 })
-    async limited() {
-      return 1;
+    @Limited('y', { permits: 1 })
+    async limited(gate: Promise<void>, @CurrentLock() permit?: Lock) {
+      await gate;
+      return permit;
     }
 
     @Locked('z:<0>')
     async plain(id: number) {
       return id;
     }
+
+    writer(id: number) {
+      return this.locks.readWriteLock(`x:${id}`).acquire('write');
+    }
   }
 
-  it('fails with LockEngineUnsupportedError, and plain @Locked() still works', async () => {
+  it('runs them over the in-memory engine, with its read-write locks and semaphores', async () => {
     const moduleRef = await Test.createTestingModule({
-      imports: [RedisLockTestingModule.forRoot()],
+      imports: [RedisLockTestingModule.forRoot({ locked: { wait: false } })],
       providers: [Modes],
     }).compile();
     await moduleRef.init();
     try {
       const modes = moduleRef.get(Modes);
+      const { id, hold } = await modes.read(1);
+      expect(id).toBe(1);
+      expect(hold).toBeInstanceOf(ReadWriteHold);
+      expect((hold as ReadWriteHold).mode).toBe('read');
+      // A writer taken through LockService keeps readers out: wait: false answers at once.
+      const writer = await modes.writer(1);
+      await expect(modes.read(1)).rejects.toThrow(/'x:1' is held by a writer/);
+      await writer.release();
+      await expect(modes.read(1)).resolves.toMatchObject({ id: 1 });
+
+      const gate = deferred<void>();
+      const first = modes.limited(gate.promise);
+      await expect(modes.limited(Promise.resolve())).rejects.toThrow(
+        /All 1 permits of 'y' are held/,
+      );
+      gate.resolve();
+      expect(await first).toBeInstanceOf(Permit);
+      await expect(modes.plain(3)).resolves.toBe(3);
+    } finally {
+      await moduleRef.close();
+    }
+  });
+
+  it('fails with LockEngineUnsupportedError under an engine without them, and plain @Locked() still works', async () => {
+    const plainOnly = new InMemoryLockEngine();
+    Object.defineProperty(plainOnly, 'readWriteLock', { value: undefined });
+    const moduleRef = await Test.createTestingModule({
+      imports: [RedisLockTestingModule.forRoot()],
+      providers: [Modes],
+    })
+      .overrideProvider(LockService)
+      .useValue(plainOnly)
+      .compile();
+    await moduleRef.init();
+    try {
+      const modes = moduleRef.get(Modes);
       await expect(modes.read(1)).rejects.toThrow(LockEngineUnsupportedError);
       await expect(modes.read(1)).rejects.toThrow(
-        /Modes\.read: @Locked\(\) takes a read hold of a read-write lock, .*real redis-server/,
+        /Modes\.read: @Locked\(\) takes a read hold of a read-write lock, .*has no readWriteLock\(\) and semaphore\(\)/,
       );
-      await expect(modes.limited()).rejects.toThrow(/@Limited\(\) takes a semaphore's permit/);
       await expect(modes.plain(3)).resolves.toBe(3);
     } finally {
       await moduleRef.close();

@@ -31,16 +31,18 @@ export class LockSetupError extends LockError {
 
 /**
  * A `@Locked(key, { mode })` or `@Limited()` method was called in an
- * application whose LockService has no read-write locks or semaphores: the
- * in-memory engine of RedisLockTestingModule, which has plain locks only.
+ * application whose LockService has no read-write locks or semaphores: an
+ * object put in its place (`overrideProvider(LockService).useValue(...)`)
+ * without `readWriteLock()` and `semaphore()`.
  */
 export class LockEngineUnsupportedError extends LockError {
   override readonly code = 'LOCK_ENGINE_UNSUPPORTED';
 
   constructor(where: string, what: string) {
     super(
-      `${where}: ${what}, which this application's lock engine does not provide (RedisLockTestingModule's ` +
-        'in-memory engine has plain locks only). Test it with RedisLockModule over a real redis-server.',
+      `${where}: ${what}, which this application's lock engine does not provide: the LockService in its ` +
+        'place has no readWriteLock() and semaphore(). Use RedisLockTestingModule (or an InMemoryLockEngine) ' +
+        'in tests, or RedisLockModule.',
     );
   }
 }

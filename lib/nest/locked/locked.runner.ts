@@ -4,6 +4,8 @@ import {
   readWriteLock,
   semaphore,
   type Lock,
+  type ReadWriteLock,
+  type Semaphore,
   type UsingOptions,
 } from '../../engine/index.js';
 import { holdKindOf, lockOf, lockStorage, type LockFrame } from '../context/lock-context.js';
@@ -92,18 +94,37 @@ export function holdAndRun<T>(
   const { kind } = method;
   if (kind === 'lock') return engine.using(resources, routine, options);
   try {
-    const leases = leaseEngine(method, engine);
+    const leases = leaseMaker(method, engine);
     return kind === 'permit'
-      ? semaphore(leases, resources[0], method.permits!).using(routine, options)
-      : readWriteLock(leases, resources[0]).using(kind, routine, options);
+      ? leases.semaphore(resources[0], method.permits!).using(routine, options)
+      : leases.readWriteLock(resources[0]).using(kind, routine, options);
   } catch (error) {
     return Promise.reject(error);
   }
 }
 
-/** The engine, when it has read-write locks and semaphores (an in-memory one has not). */
-function leaseEngine(method: LockedMethod, engine: LockEngine): LockEngine {
-  if (engine instanceof LockEngine) return engine;
+/** What makes read-write locks and semaphores: the engine's, or the in-memory engine's own. */
+interface LeaseMaker {
+  readWriteLock(resource: string): Pick<ReadWriteLock, 'using'>;
+  semaphore(name: string, permits: number): Pick<Semaphore, 'using'>;
+}
+
+/**
+ * The engine's read-write locks and semaphores; an engine that is not a
+ * LockEngine (the testing module's in-memory one) brings its own, and one
+ * that has none is refused with what to change.
+ */
+function leaseMaker(method: LockedMethod, engine: LockEngine): LeaseMaker {
+  if (engine instanceof LockEngine) {
+    return {
+      readWriteLock: (resource) => readWriteLock(engine, resource),
+      semaphore: (name, permits) => semaphore(engine, name, permits),
+    };
+  }
+  const own = engine as Partial<LeaseMaker>;
+  if (typeof own.readWriteLock === 'function' && typeof own.semaphore === 'function') {
+    return own as LeaseMaker;
+  }
   throw new LockEngineUnsupportedError(method.where, describeKind(method.kind, method.decorator));
 }
 
