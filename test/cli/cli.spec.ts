@@ -562,7 +562,10 @@ describe('help and version', () => {
     expect(result.code).toBe(0);
     expect(result.stdout).toMatch(/^nestjs-redis-lock release: force-release a stuck lock/);
     expect(result.stdout).toContain('-y, --yes');
-    expect(result.stdout).toContain('Exit code 1 when no\nnode held the lock');
+    expect(result.stdout).toContain('--holder <value>');
+    expect(result.stdout).toContain(
+      'Exit code 1 when no node held it (nothing released),\nwhen it was declined',
+    );
     expect((await cli(['help', 'list'])).stdout).toContain('--limit <n>');
   });
 });
