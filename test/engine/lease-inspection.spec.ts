@@ -285,7 +285,11 @@ describe('reading read-write locks and semaphores off the nodes', () => {
     expect(after.readWrite.holders.map((h) => [h.value, h.token])).toEqual([
       [write.value, write.token],
     ]);
-    expect(after.readWrite.line).toEqual([]);
+    // Nobody waits on a quorum any more. The writer's own place may linger on a node that did
+    // not grant it: the grant is decided on a quorum, and leaving the other lines is not awaited
+    // (the place there lapses with its lease).
+    expect(after.readWrite.line.filter((waiter) => waiter.nodes >= 2)).toEqual([]);
+    expect(after.readWrite.line.length).toBeLessThanOrEqual(1);
     await write.release();
   });
 
