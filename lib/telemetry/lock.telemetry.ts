@@ -60,8 +60,15 @@ function outcomeOf(error: LockError): LockOutcome {
   return 'error';
 }
 
-/** Epoch ms with sub-millisecond precision, on the monotonic clock. */
-const now = () => performance.timeOrigin + performance.now();
+/**
+ * The end of a span in epoch ms, read off the wall clock when its event
+ * comes, as the OpenTelemetry SDK places its own spans; its start is that
+ * minus the duration the event measured on the monotonic clock. Not
+ * `performance.timeOrigin + performance.now()`: the wall clock moves against
+ * the monotonic one after the process started (a step, a paused VM), and the
+ * spans would then sit seconds away from their SDK parent.
+ */
+const now = () => Date.now();
 
 function nodeAttributes(nodes: NodeResults | undefined, total: number): Attributes {
   return nodes

@@ -348,8 +348,15 @@ describe('the shared time line', () => {
   const dir = mkdtempSync(join(tmpdir(), 'redis-lock-timeline-'));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
   const historyModule = fileURLToPath(new URL('./history.ts', import.meta.url));
-  /** How each process stamped its events before: its start-up wall clock plus its own monotonic time. */
-  const perProcess = () => performance.timeOrigin + performance.now();
+  /**
+   * How each process stamped its events before: its start-up wall clock plus its own monotonic
+   * time. This process's start-up is taken just before the other one starts (`started()`), so
+   * that only the other's shifted clock sets them apart, not a step of the host's wall clock
+   * since this Jest worker began (a paused VM moves it by seconds).
+   */
+  let origin = performance.timeOrigin;
+  const started = () => (origin = Date.now() - performance.now());
+  const perProcess = () => origin + performance.now();
 
   /**
    * A second process whose wall clock is 250 ms behind this one's, as when
@@ -393,6 +400,7 @@ describe('the shared time line', () => {
   }
 
   it('keeps two holders that followed each other apart although their processes disagree about the wall clock, which per-process time bases turned into an overlap', async () => {
+    started();
     const other = await skewedProcess();
     const stamp = () => [now(), perProcess()] as const;
     // c1, here, holds the lock for half a second and releases it; only then is c2, there, granted.
