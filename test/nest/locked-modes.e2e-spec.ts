@@ -155,7 +155,9 @@ class ExportsController {
   }
 
   @Post(':tenant/long')
-  @Limited('exports:<0>', { permits: 1, ttl: 200 })
+  // A lease that a stall of the test machine cannot outlast between two extensions (a 200 ms
+  // one was lost once in CI, and the test then waited for extensions that never came).
+  @Limited('exports:<0>', { permits: 1, ttl: 1000 })
   async long(@Param('tenant') tenant: string, @Query('gate') gate: string) {
     await latches.enter(gate);
     return { tenant, slot: (LockContext.lock as Permit).slot };
