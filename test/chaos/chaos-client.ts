@@ -18,7 +18,7 @@ import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promi
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
-import type { Lock } from '../../lib/engine/index.js';
+import type { Lock, Permit } from '../../lib/engine/index.js';
 import {
   absolute,
   now,
@@ -128,7 +128,9 @@ class Op {
   }
 }
 
-const { LockEngine } = (await import(pathToFileURL(values.engine).href)) as EngineModule;
+const { LockEngine, readWriteLock, semaphore } = (await import(
+  pathToFileURL(values.engine).href
+)) as EngineModule;
 const engine = new LockEngine({
   nodes: values.nodes.split(','),
   ttl: TTL,
@@ -181,14 +183,24 @@ async function fencedWrite(
   }
 }
 
-/** The work under a lock: read the control counter, then write all three stores. */
+/**
+ * The store key a holding writes under: the resource, or for a permit its
+ * slot (permits of one semaphore hold together; each slot has one holder).
+ */
+const storeKey = (lock: Lock, options: SectionOptions): string =>
+  options.kind === 'permit' ? `${options.resource}#${(lock as Permit).slot}` : options.resource;
+
+/**
+ * The work under a lock: read the control counter, then write all three
+ * stores. A reader only reads.
+ */
 async function critical(
   worker: number,
   lock: Lock,
   acquire: number,
   options: SectionOptions & { section?: string },
 ): Promise<void> {
-  const { resource } = options;
+  const resource = storeKey(lock, options);
   const token = lock.token!;
   const read = new Op('read:control', worker, resource, { lock: acquire, bound: CALL_BOUND });
   let value: number;
@@ -206,6 +218,7 @@ async function critical(
     send({ type: 'at', point: 'before-write', section: options.section ?? '' });
     process.kill(process.pid, 'SIGSTOP');
   }
+  if (options.kind === 'read') return;
   const payload = `${CLIENT}:${acquire}`;
   const fenced = { token, lock: acquire, payload, bound: CALL_BOUND };
 
@@ -231,7 +244,30 @@ async function critical(
 interface SectionOutcome {
   readonly acquired: boolean;
   readonly token?: number;
+  readonly slot?: number;
   readonly error?: string;
+}
+
+type Options = NonNullable<Parameters<typeof engine.acquire>[1]>;
+
+/** acquire() and using() of what a section holds: a lock, a read or write hold, a permit. */
+function holdOf(options: SectionOptions): {
+  acquire: (o: Options) => Promise<Lock>;
+  using: (body: (lock: Lock) => Promise<void>, o: Options) => Promise<void>;
+} {
+  const { resource, kind } = options;
+  if (kind === 'read' || kind === 'write') {
+    const rw = readWriteLock(engine, resource);
+    return { acquire: (o) => rw.acquire(kind, o), using: (body, o) => rw.using(kind, body, o) };
+  }
+  if (kind === 'permit') {
+    const sem = semaphore(engine, resource, options.permits ?? 1);
+    return { acquire: (o) => sem.acquire(o), using: (body, o) => sem.using(body, o) };
+  }
+  return {
+    acquire: (o) => engine.acquire(resource, o),
+    using: (body, o) => engine.using(resource, body, o),
+  };
 }
 
 /** Acquire, hold, write the stores, release: every step recorded. */
@@ -239,7 +275,7 @@ async function section(
   worker: number,
   options: SectionOptions & { section?: string },
 ): Promise<SectionOutcome> {
-  const { resource } = options;
+  const { resource, kind } = options;
   const ttl = options.ttl ?? TTL;
   const waitTimeout = options.waitTimeout ?? WAIT;
   const acquireOptions = {
@@ -247,29 +283,32 @@ async function section(
     waitTimeout,
     ...(options.attempts === undefined ? {} : { retry: { attempts: options.attempts } }),
   };
-  const acquire = new Op('acquire', worker, resource, { bound: waitTimeout + ttl + ACQUIRE_SLACK });
+  const acquire = new Op('acquire', worker, resource, {
+    bound: waitTimeout + ttl + ACQUIRE_SLACK,
+    ...(kind ? { kind } : {}),
+    ...(kind === 'permit' ? { permits: options.permits ?? 1 } : {}),
+  });
+  const hold = holdOf(options);
   let token: number | undefined;
+  let slot: number | undefined;
   const body = async (lock: Lock) => {
     token = lock.token;
+    slot = kind === 'permit' ? (lock as Permit).slot : undefined;
     owners.set(lock, { worker, acquire: acquire.id });
-    acquire.ok({ token, validUntil: absolute(lock.validUntil) });
+    acquire.ok({ token, validUntil: absolute(lock.validUntil), ...(slot ? { slot } : {}) });
     if (options.holdMs) await sleep(options.holdMs);
     await critical(worker, lock, acquire.id, options);
   };
   try {
     if (options.autoExtend) {
       let release: Op | undefined;
-      await engine.using(
-        resource,
-        async (lock) => {
-          await body(lock);
-          release = new Op('release', worker, resource, { lock: acquire.id, bound: CALL_BOUND });
-        },
-        acquireOptions,
-      );
+      await hold.using(async (lock) => {
+        await body(lock);
+        release = new Op('release', worker, resource, { lock: acquire.id, bound: CALL_BOUND });
+      }, acquireOptions);
       release?.ok();
     } else {
-      const lock = await engine.acquire(resource, acquireOptions);
+      const lock = await hold.acquire(acquireOptions);
       await body(lock);
       const release = new Op('release', worker, resource, { lock: acquire.id, bound: CALL_BOUND });
       try {
@@ -278,10 +317,10 @@ async function section(
         release.fail(error);
       }
     }
-    return { acquired: true, token };
+    return { acquired: true, token, slot };
   } catch (error) {
     acquire.fail(error);
-    return { acquired: token !== undefined, token, error: describe(error) };
+    return { acquired: token !== undefined, token, slot, error: describe(error) };
   }
 }
 

@@ -80,6 +80,8 @@ export interface ClientOptions {
 export interface SectionDone {
   readonly acquired: boolean;
   readonly token?: number;
+  /** A permit's slot. */
+  readonly slot?: number;
   readonly error?: string;
 }
 

@@ -164,6 +164,106 @@ describe('chaos: paused clients', () => {
   }, 60_000);
 });
 
+describe('chaos: paused read-write and permit holders', () => {
+  /** What the fenced stores answered `client`'s writes: outcome and the start of the error. */
+  const storeAnswers = (client: ChaosClient) =>
+    completions(client, 'write:sqlite')
+      .concat(completions(client, 'write:redis'))
+      .map((e) => [e.type, e.error?.slice(0, 8)]);
+  /** The acquire completion of `client`'s grant with `token`. */
+  const grantOf = (client: ChaosClient, token: number | undefined) =>
+    completions(client, 'acquire').find((e) => e.type === 'ok' && e.token === token)!;
+
+  it('a writer paused past its lease is refused by both fenced stores when it resumes, and the next writer has a higher token', async () => {
+    const [stale, next] = await cluster.startClients(2, { engine: real });
+    const resource = 'catalogue:paused-writer';
+    const first = stale.section({
+      resource,
+      kind: 'write',
+      ttl: LONG_TTL,
+      pauseAt: 'before-write',
+    });
+    await first.stopped;
+    // The next writer waits out the paused one's lease, then writes.
+    const second = await next.section({ resource, kind: 'write' }).done;
+    await stale.resume();
+    const late = await first.done;
+
+    expect(second.acquired).toBe(true);
+    expect(late.acquired).toBe(true);
+    expect(second.token).toBeGreaterThan(late.token!);
+    expect(storeAnswers(stale)).toEqual([
+      ['fail', 'rejected'],
+      ['fail', 'rejected'],
+    ]);
+    const result = await finish('paused writer');
+    expectNoViolations(result);
+    expect(result.refusedWrites).toBe(2);
+  }, 60_000);
+
+  it("a reader paused past its lease holds a writer back only until that lease ends, and the writer's token is above the reader's", async () => {
+    const [reader, writer] = await cluster.startClients(2, { engine: real });
+    const resource = 'catalogue:paused-reader';
+    const held = reader.section({ resource, kind: 'read', ttl: LONG_TTL, pauseAt: 'before-write' });
+    await held.stopped;
+    // Granted within its 2 s wait, which the paused reader's 1 s lease cannot outlast.
+    const write = await writer.section({ resource, kind: 'write' }).done;
+    await reader.resume();
+    const read = await held.done;
+
+    expect(read.acquired).toBe(true);
+    expect(write.acquired).toBe(true);
+    expect(write.token).toBeGreaterThan(read.token!);
+    // Not before the reader's lease ended (the checker's writer-overlap says the same).
+    expect(grantOf(writer, write.token).time).toBeGreaterThanOrEqual(
+      grantOf(reader, read.token).validUntil!,
+    );
+    expect(storeAnswers(reader)).toEqual([]);
+    expectNoViolations(await finish('paused reader'));
+  }, 60_000);
+
+  it("a permit holder paused past its lease frees its slot when the lease ends: the next permit takes that slot with a higher token, and the fenced stores refuse the paused holder's writes", async () => {
+    const [stale, other] = await cluster.startClients(2, { engine: real });
+    const resource = 'payments:paused-permit';
+    const permits = 2;
+    const first = stale.section({
+      resource,
+      kind: 'permit',
+      permits,
+      ttl: LONG_TTL,
+      pauseAt: 'before-write',
+    });
+    await first.stopped;
+    // The other permit stays held, extended, while a third caller waits for the paused one's slot.
+    const holding = granted(other);
+    const kept = other.section({
+      resource,
+      kind: 'permit',
+      permits,
+      ttl: LONG_TTL,
+      autoExtend: true,
+      holdMs: 2500,
+    });
+    await holding;
+    const third = await other.section({ resource, kind: 'permit', permits }).done;
+    await stale.resume();
+    const late = await first.done;
+    const extended = await kept.done;
+
+    expect([late.acquired, extended.acquired, third.acquired]).toEqual([true, true, true]);
+    expect(extended.slot).not.toBe(late.slot);
+    expect(third.slot).toBe(late.slot);
+    expect(third.token).toBeGreaterThan(late.token!);
+    expect(storeAnswers(stale)).toEqual([
+      ['fail', 'rejected'],
+      ['fail', 'rejected'],
+    ]);
+    const result = await finish('paused permit holder');
+    expectNoViolations(result);
+    expect(result.refusedWrites).toBe(2);
+  }, 60_000);
+});
+
 describe('chaos: node faults', () => {
   const resources = ['stock:1', 'stock:2'];
 

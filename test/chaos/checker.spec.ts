@@ -317,6 +317,49 @@ describe('chaos checker', () => {
     });
   });
 
+  it('judges holds of read-write locks and permits by their kind: readers together pass, a writer among them or a third permit of two does not', () => {
+    const shared = (
+      h: History,
+      client: string,
+      kind: 'read' | 'write' | 'permit',
+      token: number,
+      at: number,
+      release: number,
+      slot?: number,
+    ) => {
+      const resource = kind === 'permit' ? 's' : 'rw';
+      const extra = kind === 'permit' ? { kind, permits: 2 } : { kind };
+      const end = { token, validUntil: at + 300, ...(slot ? { slot } : {}) };
+      const lock = h.op(client, 'acquire', resource, at - 5, at, 'ok', extra, end);
+      h.op(client, 'release', resource, release, release + 1, 'ok', { lock });
+    };
+    const clean = new History();
+    // Two readers at once (the first before any write, token 0), a writer after both, a reader after it.
+    shared(clean, 'c1', 'read', 0, 10, 100);
+    shared(clean, 'c2', 'read', 0, 20, 110);
+    shared(clean, 'c3', 'write', 3, 120, 200);
+    shared(clean, 'c1', 'read', 3, 210, 250);
+    // Two permits at once in their own slots, then slot 1 again with a higher token.
+    shared(clean, 'c1', 'permit', 1, 10, 100, 1);
+    shared(clean, 'c2', 'permit', 1, 20, 150, 2);
+    shared(clean, 'c3', 'permit', 2, 110, 200, 1);
+    expect(kinds(clean)).toEqual({});
+
+    const broken = new History();
+    shared(broken, 'c1', 'read', 0, 10, 100);
+    shared(broken, 'c2', 'write', 1, 50, 150);
+    shared(broken, 'c1', 'permit', 1, 10, 100, 1);
+    shared(broken, 'c2', 'permit', 2, 20, 100, 2);
+    shared(broken, 'c3', 'permit', 3, 30, 100, 1);
+    shared(broken, 'c3', 'read', 1.5, 400, 450);
+    expect(kinds(broken)).toEqual({
+      'writer-overlap': 1,
+      'too-many-permits': 1,
+      'slot-shared': 1,
+      'bad-token': 1,
+    });
+  });
+
   it('measures lost updates of the unfenced counter without calling them violations', () => {
     const h = new History();
     h.op('c1', 'write:control', 'r', 0, 1, 'ok', { value: 1 });

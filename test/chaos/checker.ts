@@ -17,6 +17,12 @@
  *   allows; it is expected only when the fenced stores show it covered (no
  *   store violation on that resource), and then so are the refusals of the
  *   older holder's late writes. Without a fenced store it stays a violation.
+ * - Holds of read-write locks and semaphore permits (an acquire whose invoke
+ *   names its `kind`) are judged by shared-checker.ts instead: readers hold
+ *   together, a writer holds alone, at most N permits and one per slot, and
+ *   their tokens as documented (`writer-overlap`, `too-many-permits`,
+ *   `slot-shared`, `write-token-order`, `read-token`, `permit-token-order`).
+ *   A permit's fenced writes are keyed by its slot (`<semaphore>#<slot>`).
  * - `foreign-token`: a store was written with a token that no granted
  *   acquisition of that client returned (a token from a failed grant).
  * Fenced stores:
@@ -39,7 +45,15 @@
  * The unfenced control counter is not checked, only measured: its lost
  * updates show that the harness does see what happens without a fence.
  */
-import type { FaultEvent, NodeResidue, OpEvent, StoreSnapshot, WallClockStep } from './history.js';
+import type {
+  FaultEvent,
+  NodeResidue,
+  OpEvent,
+  SharedKind,
+  StoreSnapshot,
+  WallClockStep,
+} from './history.js';
+import { checkShared } from './shared-checker.js';
 
 export interface Violation {
   readonly kind: string;
@@ -131,6 +145,10 @@ interface Grant {
   readonly client: string;
   readonly acquire: number;
   readonly resource: string;
+  /** A hold of a read-write lock or a semaphore's permit; absent: a lock. */
+  readonly kind?: SharedKind;
+  readonly slot?: number;
+  readonly permits?: number;
   readonly token: number;
   /** When the acquisition was invoked. */
   readonly invoked: number;
@@ -214,6 +232,9 @@ function grantsOf(ops: readonly Operation[]): Grant[] {
       client: invoke.client,
       acquire: invoke.id,
       resource: invoke.resource,
+      kind: invoke.kind,
+      slot: end.slot,
+      permits: invoke.permits,
       token: end.token ?? Number.NaN,
       invoked: invoke.time,
       at: end.time,
@@ -359,6 +380,37 @@ function checkGrants(
   }
 }
 
+/**
+ * Holds of read-write locks and permits, by the rules of shared-checker.ts
+ * (many readers or one writer, at most N permits and one per slot, their
+ * tokens as documented), and every token a whole number (a reader's may be
+ * 0: no write before it).
+ */
+function checkSharedGrants(grants: readonly Grant[], violations: Violation[]): void {
+  for (const g of grants) {
+    const least = g.kind === 'read' ? 0 : 1;
+    if (!Number.isSafeInteger(g.token) || g.token < least) {
+      violations.push({
+        kind: 'bad-token',
+        resource: g.resource,
+        message: `${nameOf(g)} (${g.kind}) got token ${g.token}`,
+      });
+    }
+  }
+  const holdings = grants.map((g) => ({
+    holder: nameOf(g),
+    resource: g.resource,
+    kind: g.kind!,
+    asked: g.invoked,
+    granted: g.at,
+    end: g.end,
+    token: g.token,
+    slot: g.slot,
+    permits: g.permits,
+  }));
+  violations.push(...checkShared(holdings));
+}
+
 /** A refused write a holder made while its lock was valid: a fault, unless a clock step excuses it. */
 interface ValidRefusal {
   readonly client: string;
@@ -501,7 +553,12 @@ export function check(input: CheckInput): CheckResult {
   const grants = grantsOf(ops);
   const clockOverlaps: ClockOverlap[] = [];
   const nodes = input.nodes ?? 5;
-  checkGrants(grants, violations, faults, clockSteps(input), nodes, clockOverlaps);
+  const locks = grants.filter((g) => g.kind === undefined);
+  checkGrants(locks, violations, faults, clockSteps(input), nodes, clockOverlaps);
+  checkSharedGrants(
+    grants.filter((g) => g.kind !== undefined),
+    violations,
+  );
   const stores = input.stores ?? [];
   const validRefusals: ValidRefusal[] = [];
   let refusedWrites = 0;

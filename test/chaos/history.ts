@@ -117,6 +117,15 @@ export interface OpEvent {
   readonly id: number;
   readonly time: number;
   readonly resource: string;
+  /**
+   * On an acquire's invoke: what it asks for, a hold of a read-write lock or
+   * a semaphore's permit (absent: a lock).
+   */
+  readonly kind?: SharedKind;
+  /** On a permit's acquire invoke: the semaphore's N. */
+  readonly permits?: number;
+  /** On a permit's acquire ok: the slot it holds. */
+  readonly slot?: number;
   /** The fencing token the operation was made with (or, for acquire ok, granted). */
   readonly token?: number;
   /** The id of the acquire whose lock this operation used. */
@@ -184,6 +193,7 @@ export type ClientMessage =
       readonly section: string;
       readonly acquired: boolean;
       readonly token?: number;
+      readonly slot?: number;
       readonly error?: string;
     }
   /** Answers `settle`: whether those connections are all up. */
@@ -204,8 +214,19 @@ export type ClientCommand =
   | { readonly cmd: 'settle'; readonly nodes: readonly number[] }
   | { readonly cmd: 'stop' };
 
+/** What a section holds other than a lock: a read or write hold, or a semaphore's permit. */
+export type SharedKind = 'read' | 'write' | 'permit';
+
 export interface SectionOptions {
+  /** The lock, read-write lock or semaphore. */
   readonly resource: string;
+  /**
+   * A hold of a read-write lock (a reader reads the control counter and
+   * writes nothing) or a permit of a semaphore of `permits` (its fenced key
+   * is `<resource>#<slot>`, since tokens order each slot); absent: a lock.
+   */
+  readonly kind?: SharedKind;
+  readonly permits?: number;
   /** Lease; default the client's. */
   readonly ttl?: number;
   /** Acquire retries: 0 for a single attempt. Default: retry until waitTimeout. */

@@ -39,6 +39,7 @@ export interface SharedViolation {
     | 'write-token-order'
     | 'read-token'
     | 'permit-token-order';
+  readonly resource: string;
   readonly message: string;
 }
 
@@ -62,12 +63,14 @@ export function checkShared(holdings: readonly Holding[]): SharedViolation[] {
         if (overlaps(w, other) && (other.kind === 'read' || other.granted > w.granted)) {
           violations.push({
             kind: 'writer-overlap',
+            resource,
             message: `${resource}: ${name(w)} held ${(Math.min(w.end, other.end) - Math.max(w.granted, other.granted)).toFixed(1)} ms together with ${name(other)}`,
           });
         }
         if (other.granted < w.asked && other.token >= w.token) {
           violations.push({
             kind: 'write-token-order',
+            resource,
             message: `${resource}: ${name(w)} is not above ${name(other)}, granted before it asked`,
           });
         }
@@ -80,6 +83,7 @@ export function checkShared(holdings: readonly Holding[]): SharedViolation[] {
         if (before || after) {
           violations.push({
             kind: 'read-token',
+            resource,
             message: `${resource}: ${name(r)} ${before ? 'below' : 'not below'} ${name(w)}, which ${before ? 'ended before it was asked for' : 'was asked for after it ended'}`,
           });
         }
@@ -93,6 +97,7 @@ export function checkShared(holdings: readonly Holding[]): SharedViolation[] {
       if (valid.length > limit) {
         violations.push({
           kind: 'too-many-permits',
+          resource,
           message: `${resource}: ${valid.length} valid permits of ${limit} when ${name(p)} was granted: ${valid.map(name).join(', ')}`,
         });
       }
@@ -101,12 +106,14 @@ export function checkShared(holdings: readonly Holding[]): SharedViolation[] {
         if (q.granted < p.granted && overlaps(p, q)) {
           violations.push({
             kind: 'slot-shared',
+            resource,
             message: `${resource}: ${name(p)} and ${name(q)}`,
           });
         }
         if (q.granted < p.asked && q.token >= p.token) {
           violations.push({
             kind: 'permit-token-order',
+            resource,
             message: `${resource}: ${name(p)} is not above ${name(q)}, granted before it asked`,
           });
         }
