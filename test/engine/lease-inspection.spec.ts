@@ -314,7 +314,15 @@ describe('reading read-write locks and semaphores off the nodes', () => {
     const third = await queued;
     await Promise.all([permits[1].release(), third.release()]);
     const free = await inspect(name);
-    expect(free.semaphore).toMatchObject({ verdict: 'free', present: false, holders: [] });
+    expect(free.semaphore).toMatchObject({ verdict: 'free', holders: [] });
+    // Nobody waits on a quorum. The third's own place may linger on a node that did not grant
+    // it (leaving the lines is not awaited, and the place lapses with its lease), and a release
+    // still on its way to the last node leaves a stale entry there: then, and only then, the
+    // semaphore's keys are still there.
+    expect(free.semaphore.line.filter((waiter) => waiter.nodes >= 2)).toEqual([]);
+    expect(free.semaphore.present).toBe(
+      free.semaphore.line.length + free.semaphore.stale.length > 0,
+    );
   });
 
   it('ReadWriteLock.inspect() and Semaphore.inspect() read their own name, the semaphore with its N', async () => {

@@ -207,7 +207,8 @@ describe('a Redis Cluster as the only node', () => {
       const forced = performance.now();
       expect(await engine.forceRelease(resource)).toBe(1);
       const next = await waiting;
-      expect(performance.now() - forced).toBeLessThan(1000);
+      // Woken, not polling: its retry delay is 5 s (a loaded machine took 1.08 s once).
+      expect(performance.now() - forced).toBeLessThan(3000);
       expect(next.token).toBe(stuck.token! + 1);
       await next.release();
       expect(await stuck.release()).toMatchObject({ released: false });
