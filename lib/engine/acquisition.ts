@@ -14,7 +14,7 @@ import {
 import type { NodeResults } from './lock-events.js';
 import { roundFailures, type RoundResult } from './quorum-round.js';
 import { retryDelay } from './retry-delay.js';
-import type { Ticket } from './wait-queue.js';
+import type { ReleaseWatch, Ticket } from './wait-queue.js';
 
 /** An attempt that produced a lock, with the round that granted it (for the events). */
 export interface Grant {
@@ -72,6 +72,7 @@ export async function acquireWith<R extends CallRequest>(
   const deadline = started + request.waitTimeout;
   let ticket: Ticket | undefined;
   let acquired = false;
+  let watch: ReleaseWatch | undefined;
   /** When the attempts in a row that found too few nodes began. */
   let unavailableSince: number | undefined;
   try {
@@ -86,6 +87,15 @@ export async function acquireWith<R extends CallRequest>(
     }
     for (let attempt = 1; ; attempt++) {
       ticket?.attempting();
+      // Outside a queue, a release heard during the attempt wakes nobody: noted here instead.
+      watch?.end();
+      watch = ticket
+        ? undefined
+        : context.queues.watch(
+            request.keys,
+            context.channel?.listening(request.keys) ?? false,
+            () => request.waiter,
+          );
       let outcome: Grant | Refusal;
       try {
         outcome = await acquirer.attempt(request);
@@ -132,13 +142,17 @@ export async function acquireWith<R extends CallRequest>(
         await pause(context, Math.min(delay, deadline - now, outage), request, attempt);
       } else if (!ticket) {
         ticket = await lineUp(context, request);
-        // A release may have come before the subscription was in place: the head asks again now.
-        if (!ticket.isHead) await waitTurn(context, ticket, delay, deadline, request, attempt);
+        // The head asks again now when a release may have gone unheard (during the attempt, or
+        // before the subscription was in place), or to take its place in the nodes' lines, which
+        // an attempt that was not yet waiting did not join. Otherwise it waits for a release.
+        const askNow = ticket.isHead && (watch!.end() || !request.inLine);
+        if (!askNow) await waitTurn(context, ticket, delay, deadline, request, attempt);
       } else {
         await waitTurn(context, ticket, delay, deadline, request, attempt);
       }
     }
   } finally {
+    watch?.end();
     if (ticket) {
       ticket.leave(acquired);
       context.channel?.unsubscribe(request.keys);

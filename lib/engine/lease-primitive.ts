@@ -29,6 +29,11 @@ export interface LeaseReply {
   readonly slot?: number;
   /** When refused: ms until the holders in the way are gone; -3: only the line is in the way. */
   readonly wait?: number;
+  /**
+   * When refused for the line while permits are free: the waiters ahead that
+   * should take them, as a release message names them (a semaphore's).
+   */
+  readonly heads?: string;
 }
 
 /** One acquisition of a lease as the loop tracks it. */
@@ -228,7 +233,10 @@ export abstract class LeasePrimitive implements LockOwner {
     const start = performance.now();
     const validUntil = start + request.ttl - request.drift;
     if (request.waiter === '') request.waiter = value;
-    const joinLine = request.waiting && request.lineLease > 0;
+    // Every attempt of an acquisition that may wait takes (or keeps) its place in the nodes'
+    // lines, the first too: refused, it then waits for a release rather than asking again at
+    // once to join them (three attempts per contended grant otherwise).
+    const joinLine = request.lineLease > 0;
     const { fencing } = context.options;
     const round = await quorumRound(
       context.nodes,
@@ -251,8 +259,11 @@ export abstract class LeasePrimitive implements LockOwner {
       request.nodeTimeout,
       grantSlot,
     );
-    // Only the attempt that first took a place in the line asks again at once (see below).
-    const joinedNow = joinLine && !request.inLine;
+    // Free permits that the waiters ahead are not asking for: this process's named ones ask
+    // now (the nodes published the same names for the other processes).
+    for (const reply of round.replies) {
+      if (reply?.heads) context.queues.released(this.channelKey, reply.heads);
+    }
     if (joinLine) request.inLine = true;
     // The slot a quorum granted (a read-write lock has none: every grant agrees).
     const bySlot = new Map<number | undefined, number[]>();
@@ -310,11 +321,9 @@ export abstract class LeasePrimitive implements LockOwner {
       const refusal = refusalOf(context, round, request, waitOf, false);
       return { ...refusal, busy: true, retryAfter: undefined, again: request.splits === 1 };
     }
-    // Free but for earlier waiters, and this attempt just took its place among them by arrival:
-    // it may be first itself now, so it asks again at once. Later refusals of that kind wait
-    // for a release (asking at once again would spin while the waiters ahead hold their turn).
-    const again = joinedNow && round.replies.every((r) => !r || r.granted || r.wait === -3);
-    return refusalOf(context, round, request, waitOf, again);
+    // Free but for earlier waiters: every attempt is ranked by its arrival, so asking again at
+    // once would rank it the same; it waits for a release, or for the nodes to name it.
+    return refusalOf(context, round, request, waitOf, false);
   }
 
   /** The token of a grant, settled over the nodes that granted `slot`. */

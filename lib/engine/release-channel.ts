@@ -23,6 +23,8 @@ export class ReleaseChannel {
   private subscribers: (Subscriber | undefined)[] | undefined;
   private readonly counts = new Map<string, number>();
   private readonly lingering = new Map<string, NodeJS.Timeout>();
+  /** Keys whose subscriptions every node confirmed, until they are dropped. */
+  private readonly confirmed = new Set<string>();
   private closed = false;
 
   /** Parses a message (see RELEASE) and passes it on unless this process sent it. */
@@ -65,9 +67,25 @@ export class ReleaseChannel {
     if (fresh.length === 0 || this.closed) return;
     const subscribers = this.open();
     // A node that does not answer in time is not waited for: its subscription completes later.
-    await bounded(Promise.allSettled(subscribers.map((s) => s?.subscribe(fresh))), timeoutMs, {
-      unref: true,
-    }).catch(() => undefined);
+    const everyNode = await bounded(
+      Promise.allSettled(subscribers.map((s) => s?.subscribe(fresh))),
+      timeoutMs,
+      { unref: true },
+    ).then(
+      (results) =>
+        results.every((r) => r.status === 'fulfilled') && !subscribers.includes(undefined),
+      () => false,
+    );
+    if (!everyNode || this.closed) return;
+    for (const key of fresh) if (this.counts.has(key)) this.confirmed.add(key);
+  }
+
+  /**
+   * True when every node confirmed the subscription to every key's channel
+   * (and it was not dropped since): a release from any process is heard.
+   */
+  listening(keys: readonly string[]): boolean {
+    return this.confirmed.size > 0 && keys.every((key) => this.confirmed.has(key));
   }
 
   /** Drops one reference per key; a channel nobody waits on is unsubscribed after a while. */
@@ -82,6 +100,7 @@ export class ReleaseChannel {
       const timer = setTimeout(() => {
         this.lingering.delete(key);
         if (this.counts.has(key)) return;
+        this.confirmed.delete(key);
         for (const s of this.subscribers ?? []) s?.unsubscribe(key).catch(() => undefined);
       }, LINGER_MS);
       timer.unref();
@@ -93,6 +112,7 @@ export class ReleaseChannel {
     this.closed = true;
     for (const timer of this.lingering.values()) clearTimeout(timer);
     this.lingering.clear();
+    this.confirmed.clear();
     const subscribers = this.subscribers ?? [];
     this.subscribers = undefined;
     await Promise.all(subscribers.map((s) => s?.close()));

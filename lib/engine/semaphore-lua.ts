@@ -26,10 +26,15 @@ local function mine(e, slot) return e.tag == ARGV[1] and e.field == slot end
  * `<lock key>:fence`, or the node's counter for all resources).
  * ARGV: value, permits N, ttl ms, fencing '1' | '0', seed, counter ttl ms
  * ('0': none), slot hint ('0': none), then optionally waiter id, arrival,
- * line lease ms.
+ * line lease ms, notify '1' | 's' | '0', sender.
  * Returns {1, slot, token} when granted ({1, slot} without fencing), {0, ms
  * until the first live permit ends} when all N are taken, {0, -3} when a
- * permit is free but earlier waiters take the free ones.
+ * permit is free but earlier waiters take the free ones, and {0, -3, heads}
+ * when this waiter has just joined the line then: permits are free while
+ * the waiters ahead are not asking (each waits for a release it may have
+ * missed), so the message a release would send names the first of them, one
+ * per free permit, and goes out (published, and returned for this process's
+ * own waiters, whom the channel does not tell). Once per waiter and node.
  *
  * A permit is granted while fewer than N live permits stand on the node
  * (whatever slots they hold: after N was lowered, permits above it count
@@ -55,7 +60,7 @@ for _, p in ipairs(live) do
   taken[p.slot] = true
   if not soonest or p.expiry - clock < soonest then soonest = p.expiry - clock end
 end
-local rank = 0
+local ahead = {}
 local places = redis.call('HGETALL', KEYS[2])
 for i = 1, #places, 2 do
   local a, expiry = string.match(places[i + 1], '^(%S+) (%d+)$')
@@ -63,19 +68,33 @@ for i = 1, #places, 2 do
   if not expiry or expiry <= clock then
     redis.call('HDEL', KEYS[2], places[i])
   elseif places[i] ~= waiter and (not arrival or a < arrival or (a == arrival and places[i] < waiter)) then
-    rank = rank + 1
+    ahead[#ahead + 1] = { id = places[i], arrival = a }
   end
 end
+local rank = #ahead
 local free = n - #live
 if free <= 0 or rank >= free then
+  local joined = false
   if lease > 0 and waiter ~= '' then
-    if redis.call('HEXISTS', KEYS[2], waiter) == 1 or redis.call('HLEN', KEYS[2]) < ${LINE_PLACES} then
+    local placed = redis.call('HEXISTS', KEYS[2], waiter) == 1
+    if placed or redis.call('HLEN', KEYS[2]) < ${LINE_PLACES} then
       redis.call('HSET', KEYS[2], waiter, string.format('%s %d', ARGV[9], clock + lease))
       cover(KEYS[2], lease)
+      joined = not placed
     end
   end
   if free <= 0 then return {0, soonest} end
-  return {0, -3}
+  if not joined then return {0, -3} end
+  table.sort(ahead, function(x, y)
+    return x.arrival < y.arrival or (x.arrival == y.arrival and x.id < y.id)
+  end)
+  local heads = {}
+  for i = 1, free do heads[i] = ahead[i].id end
+  heads = table.concat(heads, ',')
+  if ARGV[11] and ARGV[11] ~= '0' then
+    redis.pcall(ARGV[11] == 's' and 'SPUBLISH' or 'PUBLISH', KEYS[1], heads .. ' ' .. (ARGV[12] or ''))
+  end
+  return {0, -3, heads}
 end
 local slot
 if hint and hint >= 1 and hint <= n and not taken[hint] then

@@ -36,7 +36,7 @@ export class Permit extends Lock {
   }
 }
 
-type Reply = [granted: 0 | 1, slotOrWait?: number, token?: number];
+type Reply = [granted: 0 | 1, slotOrWait?: number, tokenOrHeads?: number | string];
 
 /**
  * At most N holders at once across every instance, over the engine's nodes
@@ -121,11 +121,15 @@ export class Semaphore extends LeasePrimitive {
   ): Promise<LeaseReply> {
     const { keys, fencing } = this.fencingArgs(node);
     const args = [value, this.permits, request.ttl, ...fencing, request.hint ?? 0];
-    if (joinLine) args.push(request.waiter, request.arrival, request.lineLease);
+    if (joinLine) {
+      const { notify, sender } = this.context;
+      // A cluster's message stays on the key's shard (SPUBLISH), as a release's does.
+      const mode = node.topology === 'cluster' && notify === '1' ? 's' : notify;
+      args.push(request.waiter, request.arrival, request.lineLease, mode, sender);
+    }
     const reply = (await node.run(SEM_ACQUIRE, keys, args)) as Reply;
-    return reply[0] === 1
-      ? { granted: true, slot: reply[1], token: reply[2] }
-      : { granted: false, wait: reply[1] };
+    if (reply[0] === 1) return { granted: true, slot: reply[1], token: reply[2] as number };
+    return { granted: false, wait: reply[1], heads: reply[2] as string | undefined };
   }
 
   /** A holders hash maps each slot to 'value expiry token'. */

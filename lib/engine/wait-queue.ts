@@ -9,6 +9,41 @@
 export class WaitQueues {
   private readonly queues = new Map<string, WaitQueue>();
   private readonly byKey = new Map<string, Set<WaitQueue>>();
+  /** The attempts of this process made outside any queue, by key (see watch()). */
+  private readonly watchers = new Map<string, Set<Watcher>>();
+
+  /**
+   * Watches the keys of an attempt made outside any queue, whose caller has
+   * no place in one yet: `end()` tells whether a release may have gone
+   * unheard by it, so that once in a queue it must ask again at once rather
+   * than wait for the next release. True when `listening` is false (releases
+   * from other processes were not received for every key), or when a release
+   * of a key came while watched that named this caller (`waiter()`, its name
+   * in the nodes' lines), or named nobody and woke fewer of this process's
+   * queues than it could have (none, for a semaphore's permit).
+   */
+  watch(keys: readonly string[], listening: boolean, waiter: () => string): ReleaseWatch {
+    const watcher: Watcher = { missed: !listening, waiter };
+    for (const key of keys) {
+      let set = this.watchers.get(key);
+      if (!set) this.watchers.set(key, (set = new Set()));
+      set.add(watcher);
+    }
+    let ended = false;
+    return {
+      end: () => {
+        if (!ended) {
+          ended = true;
+          for (const key of keys) {
+            const set = this.watchers.get(key)!;
+            set.delete(watcher);
+            if (set.size === 0) this.watchers.delete(key);
+          }
+        }
+        return watcher.missed;
+      },
+    };
+  }
 
   /** True when some caller of this process is waiting for exactly these keys. */
   has(id: string): boolean {
@@ -41,17 +76,28 @@ export class WaitQueues {
    * every waiter would only have all but one refused).
    */
   released(key: string, head = '', limit = Infinity): void {
-    const set = this.byKey.get(key);
-    if (!set) return;
-    if (limit >= set.size) {
-      for (const queue of set) queue.wake(head);
-      return;
+    const woken = this.wake(key, head, limit);
+    const watching = this.watchers.get(key);
+    if (!watching) return;
+    for (const watcher of watching) {
+      if (head === '' ? woken < limit : named(head, watcher.waiter())) watcher.missed = true;
     }
+  }
+
+  /** Wakes the queues waiting on `key` (see released()); returns how many it woke. */
+  private wake(key: string, head: string, limit: number): number {
+    const set = this.byKey.get(key);
+    if (!set) return 0;
     let woken = 0;
+    if (limit >= set.size) {
+      for (const queue of set) if (queue.wake(head)) woken++;
+      return woken;
+    }
     for (const queue of [...set].sort((a, b) => a.arrival - b.arrival)) {
       if (woken >= limit) break;
       if (queue.wake(head)) woken++;
     }
+    return woken;
   }
 
   /** @internal */
@@ -63,6 +109,17 @@ export class WaitQueues {
       if (set?.size === 0) this.byKey.delete(key);
     }
   }
+}
+
+interface Watcher {
+  missed: boolean;
+  readonly waiter: () => string;
+}
+
+/** See {@link WaitQueues.watch}. */
+export interface ReleaseWatch {
+  /** Stops watching (once; later calls repeat the answer): may a release have gone unheard? */
+  end(): boolean;
 }
 
 class WaitQueue {

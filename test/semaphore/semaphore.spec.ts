@@ -67,6 +67,50 @@ describe('semaphores', () => {
     expect(order).toEqual(['first', 'second']);
   });
 
+  it.each([
+    ['in another process', () => a],
+    ['in the same process', () => b],
+  ])(
+    'a permit freed without a word goes to the waiter in line as soon as a later caller finds it free (the later caller %s)',
+    async (_where, later) => {
+      const name = unique('missed');
+      // Releases that tell nobody (as one lost on the way would): only the nodes know the permit is free.
+      const silent = new LockEngine({
+        nodes: redis.nodes.map((n) => n.url),
+        logger: quietLogger(),
+        fenceCounter: 'resource',
+        fenceCounterTtl: 0,
+        releaseNotifications: false,
+      });
+      await silent.connect();
+      try {
+        const held = await semaphore(silent, name, 1).acquire({ ttl: 30_000 });
+        const order: string[] = [];
+        // Polls every 20 s: it would not ask again within this test on its own.
+        const slow = { delay: 20_000, factor: 1, maxDelay: 20_000, jitter: 0 };
+        const waiting = semaphore(b, name, 1)
+          .acquire({ retry: slow, waitTimeout: 30_000 })
+          .then(async (permit) => {
+            order.push('first in line');
+            await permit.release();
+          });
+        await waitForLine(name, 1);
+        await held.release();
+        const started = performance.now();
+        // Refused (the permit is the waiter's by the line), its attempt has the nodes name the
+        // waiter, who asks at once; its release then wakes this caller.
+        const permit = await semaphore(later(), name, 1).acquire({ waitTimeout: 10_000 });
+        order.push('later caller');
+        await permit.release();
+        await waiting;
+        expect(order).toEqual(['first in line', 'later caller']);
+        expect(performance.now() - started).toBeLessThan(10_000);
+      } finally {
+        await silent.close();
+      }
+    },
+  );
+
   it('lowering N admits nobody until the permits above it are back; raising it admits at once', async () => {
     const name = unique('resize');
     const held = await Promise.all([1, 2, 3].map(() => semaphore(a, name, 3).acquire()));
