@@ -1,20 +1,14 @@
 import { EventEmitter } from 'node:events';
 import {
-  callTimings,
-  checkCallOptions,
   checkMs,
   Lock,
   LockAbortedError,
-  LockBusyError,
   LockLostError,
   LockOptionsError,
-  LockTimeoutError,
   LockUnavailableError,
   normalizeResources,
   resolveEngineOptions,
-  resolveRetry,
   holdWhile,
-  retryDelay,
   SINGLE_ATTEMPT,
   type AcquireOptions,
   type LockEngineOptions,
@@ -27,7 +21,6 @@ import {
   type NodeResults,
   type ReleaseResult,
   type ResolvedEngineOptions,
-  type ResolvedRetry,
   type UsingOptions,
 } from '../engine/internal.js';
 import { markLockFailure } from '../nest/internal.js';
@@ -47,29 +40,17 @@ import {
   setNodesDown,
   type ForeignHold,
 } from './memory-hooks.js';
+import { emptyLine } from './memory-line.js';
+import { drift, lockKey, nodeSpecs, results, simulateNodes, up } from './memory-nodes.js';
 import {
-  emptyLine,
-  leaveLine,
-  lineUp,
-  pause,
-  someoneAhead,
-  wakeFor,
-  type LineRequest,
-} from './memory-line.js';
-import {
-  drift,
-  grantOnNodes,
-  holderOn,
-  lockKey,
-  nodeSpecs,
-  randomValue,
-  results,
-  nodeRound,
-  simulateNodes,
-  up,
-  vote,
-} from './memory-nodes.js';
+  acquireInMemory,
+  memoryRequest,
+  type MemoryAcquirer,
+  type MemoryRefusal,
+  type MemoryRequest,
+} from './memory-acquire.js';
 import { MemoryReadWriteLock, MemorySemaphore, type LeaseHost } from './memory-leases.js';
+import { attemptLock, extendOnNodes, releaseOnNodes } from './memory-lock-rounds.js';
 import type { LockGrant, MemoryState } from './memory-state.js';
 
 export type { ForeignHold } from './memory-hooks.js';
@@ -84,24 +65,6 @@ export type { LockGrant } from './memory-state.js';
 export type InMemoryLockEngineOptions = Omit<LockEngineOptions, 'nodes'> & {
   nodes?: number | readonly LockNodeSpec[];
 };
-
-/** One acquisition, as the attempts loop tracks it. */
-interface Request extends LineRequest {
-  readonly resources: readonly string[];
-  readonly ttl: number;
-  readonly drift: number;
-  readonly retry: ResolvedRetry;
-  readonly waitTimeout: number;
-}
-
-interface Refusal {
-  readonly busy: boolean;
-  readonly retryAfter: number | undefined;
-  /** Free on the nodes, but an earlier waiter stands first: try again as soon as woken. */
-  readonly behindLine: boolean;
-  readonly error: () => LockUnavailableError;
-  readonly nodes: NodeResults;
-}
 
 /**
  * The lock engine's semantics without Redis, for tests: the same methods,
@@ -185,73 +148,37 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
     resources: string | readonly string[],
     options: AcquireOptions = {},
   ): Promise<Lock> {
-    const request = this.request(resources, options);
-    const deadline = request.started + request.waitTimeout;
-    let acquired = false;
-    try {
-      for (let attempt = 1; ; attempt++) {
-        let outcome: Lock | Refusal;
-        try {
-          outcome = this.attempt(request);
-        } catch (error) {
-          throw this.failed(request, attempt, error as LockError);
-        }
-        if (outcome instanceof Lock) {
-          acquired = true;
-          if (request.waiting) this.emitWaited(request, attempt, true);
-          if (this.listenerCount('acquired') > 0) {
-            this.emit('acquired', {
-              lock: outcome,
-              attempts: attempt,
-              waited: performance.now() - request.started,
-              nodes: {
-                granted: up(this.state),
-                denied: 0,
-                failed: this.nodes.length - up(this.state),
-              },
-            });
-          }
-          return outcome;
-        }
-        const now = performance.now();
-        if (attempt > request.retry.attempts || now >= deadline) {
-          if (!outcome.busy) throw this.failed(request, attempt, outcome.error(), outcome.nodes);
-          const error =
-            attempt === 1
-              ? new LockBusyError(request.resources, outcome.retryAfter)
-              : new LockTimeoutError(
-                  request.resources,
-                  outcome.retryAfter,
-                  attempt,
-                  now - request.started,
-                );
-          throw this.failed(request, attempt, error, outcome.nodes);
-        }
-        if (outcome.busy && this.listenerCount('contended') > 0) {
-          this.emit('contended', {
-            resources: request.resources,
-            attempt,
-            retryAfter: outcome.retryAfter,
-            nodes: outcome.nodes,
-          });
-        }
-        // The real engine's schedule: the retry delay, cut short when the holder's lease ends
-        // first; a caller that was first in line but refused asks again as soon as it is woken.
-        let delay = retryDelay(request.retry, attempt);
-        if (outcome.retryAfter !== undefined) delay = Math.min(delay, outcome.retryAfter + 1);
-        if (outcome.busy) {
-          lineUp(this.state.line, request);
-          // Refused only for the line, and first in it now that it stands there: ask at once.
-          if (outcome.behindLine && !someoneAhead(this.state.line, request)) delay = 0;
-        }
-        await pause(Math.min(delay, deadline - now), request, (reason) =>
-          this.failed(request, attempt, new LockAbortedError(request.resources, reason)),
-        );
-      }
-    } finally {
-      if (request.waiter) leaveLine(this.state.line, request.waiter, acquired);
-    }
+    return acquireInMemory(this.state.line, this.request(resources, options), this.acquirer);
   }
+
+  /** What the shared attempts loop calls: one attempt, and the events of the outcome. */
+  private readonly acquirer: MemoryAcquirer<MemoryRequest> = {
+    attempt: (request) => this.attempt(request),
+    failed: (request, attempts, error, nodes) => this.failed(request, attempts, error, nodes),
+    granted: (request, lock, attempts) => {
+      if (request.waiting) this.emitWaited(request, attempts, true);
+      if (this.listenerCount('acquired') === 0) return;
+      this.emit('acquired', {
+        lock,
+        attempts,
+        waited: performance.now() - request.started,
+        nodes: {
+          granted: up(this.state),
+          denied: 0,
+          failed: this.nodes.length - up(this.state),
+        },
+      });
+    },
+    contended: (request, attempt, refusal) => {
+      if (this.listenerCount('contended') === 0) return;
+      this.emit('contended', {
+        resources: request.resources,
+        attempt,
+        retryAfter: refusal.retryAfter,
+        nodes: refusal.nodes!,
+      });
+    },
+  };
 
   /** One attempt: the lock, or LockBusyError (with retryAfter) when someone else holds it. */
   tryAcquire(
@@ -282,12 +209,7 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
       lock.lost('its lease ran out before the extension');
       throw new LockLostError(lock.resources, 'its lease ran out before the extension');
     }
-    const round = nodeRound(this.state, (node) => {
-      if (!lock.keys.every((key) => holderOn(node, key, start) === lock.value)) return false;
-      for (const key of lock.keys)
-        node.keys.set(key, { value: lock.value, expiresAt: start + ttl });
-      return true;
-    });
+    const round = extendOnNodes(this.state, lock, start, ttl);
     if (round.yes >= this.quorum) {
       lock.renewed(start + ttl - drift(this.options, ttl));
       if (this.listenerCount('extended') > 0)
@@ -321,14 +243,7 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
     const start = performance.now();
     if (lock.validUntil <= start) lock.lost('its lease ran out before it was released');
     lock.released();
-    const round = nodeRound(this.state, (node) => {
-      if (!lock.keys.every((key) => holderOn(node, key, start) === lock.value)) return false;
-      for (const key of lock.keys) node.keys.delete(key);
-      return true;
-    });
-    for (const key of lock.keys)
-      if (this.state.locks.get(key) === lock) this.state.locks.delete(key);
-    wakeFor(this.state.line, lock.keys);
+    const round = releaseOnNodes(this.state, lock, start);
     if (round.failures.length > 0) {
       this.options.logger.warn(
         `Release of ${lock.resources.join(', ')} did not reach ${round.failures.length} node(s); ` +
@@ -489,83 +404,22 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
     });
   }
 
-  private attempt(request: Request): Lock | Refusal {
+  private attempt(request: MemoryRequest): Lock | MemoryRefusal {
     if (this.state.closed)
       throw new LockOptionsError(
         'The lock engine is closed; locks can no longer be taken with it.',
       );
     if (request.signal?.aborted)
       throw new LockAbortedError(request.resources, request.signal.reason);
-    const now = performance.now();
-    const value = randomValue();
-    // First come, first served: an earlier caller waiting for any of these resources goes first.
-    const behindLine = someoneAhead(this.state.line, request);
-    const { granting, leases, failures } = vote(this.state, request.keys, now, behindLine);
-    if (granting.length >= this.quorum) {
-      const validUntil = now + request.ttl - request.drift;
-      const tokens = grantOnNodes(this.options, request.keys, value, request.ttl, now, granting);
-      const lock = new Lock(
-        this,
-        request.resources,
-        request.keys,
-        value,
-        tokens,
-        request.ttl,
-        validUntil,
-      );
-      this.owned.add(lock);
-      for (const key of request.keys) this.state.locks.set(key, lock);
-      this.state.history.push({
-        resources: request.resources,
-        tokens,
-        token: tokens[0],
-        ttl: request.ttl,
-        by: 'engine',
-        at: now,
-      });
-      return lock;
-    }
-    const round = {
-      yes: granting.length,
-      no: leases.length,
-      failed: failures.length,
-      failures,
-    };
-    const error = () =>
-      new LockUnavailableError(request.resources, failures, this.quorum, this.nodes.length);
-    // The real engine's verdict: unavailable when too many nodes failed for a quorum or when
-    // nobody denied; otherwise busy, free at the latest when enough holders' leases have ended.
-    if (round.failed > this.nodes.length - this.quorum || round.no === 0)
-      return { busy: false, retryAfter: undefined, behindLine, error, nodes: results(round) };
-    leases.sort((a, b) => a - b);
-    const lease = leases[Math.min(Math.max(0, this.quorum - round.yes - 1), leases.length - 1)];
-    return {
-      busy: true,
-      retryAfter: lease !== undefined && lease >= 0 ? lease : undefined,
-      behindLine,
-      error,
-      nodes: results(round),
-    };
+    const outcome = attemptLock(this.state, this, request);
+    if (outcome instanceof Lock) this.owned.add(outcome);
+    return outcome;
   }
 
-  private request(resources: string | readonly string[], options: UsingOptions): Request {
-    checkCallOptions(options);
-    const timings = callTimings(options, this.options, (retry) =>
-      resolveRetry('retry', retry, this.options.retry),
-    );
+  private request(resources: string | readonly string[], options: UsingOptions): MemoryRequest {
     const list = normalizeResources(resources);
-    return {
-      resources: list,
-      keys: list.map((resource) => lockKey(this.options, resource)),
-      ttl: timings.ttl,
-      drift: drift(this.options, timings.ttl),
-      retry: timings.retry,
-      waitTimeout: timings.waitTimeout,
-      signal: options.signal,
-      started: performance.now(),
-      waiting: false,
-      waiter: undefined,
-    };
+    const keys = list.map((resource) => lockKey(this.options, resource));
+    return memoryRequest(this.options, list, keys, options);
   }
 
   private checkOwn(lock: Lock): void {

@@ -5,19 +5,13 @@
  * would answer to an inspection.
  */
 import {
-  callTimings,
-  checkCallOptions,
   holdWhile,
   Lock,
   LockAbortedError,
-  LockBusyError,
   LockLostError,
   LockOptionsError,
-  LockTimeoutError,
   LockUnavailableError,
   normalizeResources,
-  resolveRetry,
-  retryDelay,
   type AcquireOptions,
   type LockError,
   type LockOwner,
@@ -25,14 +19,13 @@ import {
   type ReleaseResult,
   type UsingOptions,
 } from '../engine/internal.js';
+import { leaveLine, someoneAhead, wakeFor } from './memory-line.js';
 import {
-  leaveLine,
-  lineUp,
-  pause,
-  someoneAhead,
-  wakeFor,
-  type LineRequest,
-} from './memory-line.js';
+  acquireInMemory,
+  memoryRequest,
+  type MemoryRefusal,
+  type MemoryRequest,
+} from './memory-acquire.js';
 import { drift, lockKey, nodeRound, randomValue, up } from './memory-nodes.js';
 import type { MemoryHolding, MemoryState } from './memory-state.js';
 
@@ -47,13 +40,8 @@ export interface LeaseHost {
   ): LockError;
 }
 
-interface LeaseRequest extends LineRequest {
-  readonly resources: readonly string[];
+interface LeaseRequest extends MemoryRequest {
   readonly kind: string;
-  readonly ttl: number;
-  readonly drift: number;
-  readonly retry: ReturnType<typeof callTimings>['retry'];
-  readonly waitTimeout: number;
 }
 
 export abstract class MemoryLeasePrimitive implements LockOwner {
@@ -118,77 +106,35 @@ export abstract class MemoryLeasePrimitive implements LockOwner {
     return lock;
   }
 
-  protected async acquireLease(kind: string, options: AcquireOptions = {}): Promise<Lock> {
-    checkCallOptions(options);
-    const { options: engineOptions } = this.state;
-    const timings = callTimings(options, engineOptions, (retry) =>
-      resolveRetry('retry', retry, engineOptions.retry),
-    );
+  protected acquireLease(kind: string, options: AcquireOptions = {}): Promise<Lock> {
     const request: LeaseRequest = {
-      resources: [this.name],
-      keys: [this.key],
+      ...memoryRequest(this.state.options, [this.name], [this.key], options),
       kind,
-      ttl: timings.ttl,
-      drift: drift(engineOptions, timings.ttl),
-      retry: timings.retry,
-      waitTimeout: timings.waitTimeout,
-      signal: options.signal,
-      started: performance.now(),
-      waiting: false,
-      waiter: undefined,
     };
-    const deadline = request.started + request.waitTimeout;
-    let acquired = false;
-    try {
-      for (let attempt = 1; ; attempt++) {
-        const outcome = this.attempt(request, attempt);
-        if (outcome instanceof Lock) {
-          acquired = true;
-          // Readers (or permits) behind it may be admitted too: the next in line asks now.
-          if (request.waiter) leaveLine(this.state.line, request.waiter, true);
-          request.waiter = undefined;
-          wakeFor(this.state.line, [this.key]);
-          return outcome;
-        }
-        const now = performance.now();
-        if (attempt > request.retry.attempts || now >= deadline) {
-          throw this.host.failed(
-            request,
-            attempt,
-            attempt === 1
-              ? new LockBusyError(request.resources, outcome, this.busyMessage(kind))
-              : new LockTimeoutError(request.resources, outcome, attempt, now - request.started),
-          );
-        }
-        lineUp(this.state.line, request);
-        let delay = retryDelay(request.retry, attempt);
-        if (outcome !== undefined) delay = Math.min(delay, outcome + 1);
-        await pause(Math.min(delay, deadline - now), request, (reason) =>
-          this.host.failed(request, attempt, new LockAbortedError(request.resources, reason)),
-        );
-      }
-    } finally {
-      if (request.waiter) leaveLine(this.state.line, request.waiter, acquired);
-    }
+    return acquireInMemory(this.state.line, request, {
+      attempt: (r) => this.attempt(r),
+      failed: (r, attempts, error, nodes) => this.host.failed(r, attempts, error, nodes),
+      granted: (r) => {
+        // Readers (or permits) behind it may be admitted too: the next in line asks now.
+        if (r.waiter) leaveLine(this.state.line, r.waiter, true);
+        r.waiter = undefined;
+        wakeFor(this.state.line, [this.key]);
+      },
+      busyMessage: this.busyMessage(kind),
+    });
   }
 
-  /** One attempt: the handle, or ms until the holders in the way are gone (undefined: unknown). */
-  private attempt(request: LeaseRequest, attempt: number): Lock | number | undefined {
+  /** One attempt: the handle, or how long the holders in the way keep it (busy). */
+  private attempt(request: LeaseRequest): Lock | MemoryRefusal {
     if (this.state.closed) {
-      throw this.host.failed(
-        request,
-        attempt,
-        new LockOptionsError('The lock engine is closed; locks can no longer be taken with it.'),
+      throw new LockOptionsError(
+        'The lock engine is closed; locks can no longer be taken with it.',
       );
     }
     if (request.signal?.aborted) {
-      throw this.host.failed(
-        request,
-        attempt,
-        new LockAbortedError(request.resources, request.signal.reason),
-      );
+      throw new LockAbortedError(request.resources, request.signal.reason);
     }
-    this.checkNodes(request.resources, request, attempt);
+    this.checkNodes(request.resources);
     const now = performance.now();
     const live = this.live(now);
     if (!someoneAhead(this.state.line, request) && this.admits(request.kind, live)) {
@@ -203,16 +149,11 @@ export abstract class MemoryLeasePrimitive implements LockOwner {
       );
     }
     const leases = this.blocking(request.kind, live).map((h) => h.expiresAt - now);
-    return leases.length > 0 ? Math.max(...leases) : undefined;
+    return { busy: true, retryAfter: leases.length > 0 ? Math.max(...leases) : undefined };
   }
 
   /** Throws LockUnavailableError while fewer than a quorum of the nodes answer. */
-  private checkNodes(
-    resources: readonly string[],
-    request?: LeaseRequest,
-    attempt = 1,
-    operation?: 'extend',
-  ): void {
+  private checkNodes(resources: readonly string[], operation?: 'extend'): void {
     if (up(this.state) >= this.state.quorum) return;
     const round = nodeRound(this.state, () => true);
     const error = new LockUnavailableError(
@@ -222,7 +163,7 @@ export abstract class MemoryLeasePrimitive implements LockOwner {
       this.state.nodes.length,
       operation,
     );
-    throw request ? this.host.failed(request, attempt, error) : error;
+    throw error;
   }
 
   protected usingLease<T>(
@@ -247,7 +188,7 @@ export abstract class MemoryLeasePrimitive implements LockOwner {
       lock.lost(why);
       throw new LockLostError(lock.resources, why);
     }
-    this.checkNodes(lock.resources, undefined, 1, 'extend');
+    this.checkNodes(lock.resources, 'extend');
     holding.expiresAt = now + lease;
     lock.renewed(now + lease - drift(this.state.options, lease));
     return lock;
