@@ -1,8 +1,8 @@
 /**
  * The command line on read-write locks and semaphores: `inspect` shows each
- * kind a name has, `list` marks them by kind. Run as a separate process
- * against real redis-server nodes, with holders and waiters from LockEngines
- * standing in for the app.
+ * kind a name has, `list` marks them by kind. Run through `runCli()`
+ * (cli-process.ts) against real redis-server nodes, with holders and waiters
+ * from LockEngines standing in for the app.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';

@@ -1,8 +1,10 @@
 /**
- * The `nestjs-redis-lock` command line, run as a user runs it: a separate
- * `node` process (through tsx, so no build is needed and nothing races on
- * dist/) against real redis-server nodes, with locks taken by a LockEngine
- * standing in for the app.
+ * The `nestjs-redis-lock` command line against real redis-server nodes, with
+ * locks taken by a LockEngine standing in for the app: run in this process
+ * through `runCli()` (cli-process.ts), and as a user runs it, a separate
+ * `node` process, where a spec is about the process itself: its exit codes
+ * (0, 1, 2), a stdin that is not a terminal, and that it ends on its own
+ * once a command against the nodes is done.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
@@ -14,7 +16,7 @@ import { engineReady, nodesBack } from '../support/engine-ready.js';
 import { nextLockEvent } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
-import { cli, columnsOf, json, literal, ROOT, type CliResult } from './cli-process.js';
+import { cli, cliProcess, columnsOf, json, literal, ROOT, type CliResult } from './cli-process.js';
 
 const VERSION = (JSON.parse(readFileSync(`${ROOT}/package.json`, 'utf8')) as { version: string })
   .version;
@@ -40,7 +42,7 @@ describe('the nestjs-redis-lock command line', () => {
     it('shows the holder, the lease and the fence counter on every node, and that a quorum holds it', async () => {
       const resource = unique('order');
       const lock = await app.acquire(resource, { ttl: 60_000 });
-      const result = await cli(['inspect', resource, ...nodes()]);
+      const result = await cliProcess(['inspect', resource, ...nodes()]);
       expect(result.code).toBe(0);
       expect(result.stderr).toBe('');
       const [verdict, blank, header, ...rows] = result.stdout.trimEnd().split('\n');
@@ -116,7 +118,7 @@ describe('the nestjs-redis-lock command line', () => {
       const resource = unique('order');
       const lock = await app.acquire(resource, { ttl: 60_000 });
       await Promise.all([redis.nodes[1].kill(), redis.nodes[2].kill()]);
-      const result = await cli(['inspect', resource, ...nodes()]);
+      const result = await cliProcess(['inspect', resource, ...nodes()]);
       expect(result.code).toBe(1);
       expect(result.stdout).toContain(
         `${resource} is unknown: 1 of 3 nodes answered (1 with a lock key), too few to tell with a quorum of 2`,
@@ -223,7 +225,7 @@ describe('the nestjs-redis-lock command line', () => {
     it('refuses without --yes when stdin is not a terminal: exit 2, one line, the lock still held', async () => {
       const resource = unique('stuck');
       const lock = await app.acquire(resource, { ttl: 60_000 });
-      const result = await cli(['release', resource, ...nodes()]);
+      const result = await cliProcess(['release', resource, ...nodes()]);
       expect(result).toMatchObject({ code: 2, stdout: '' });
       expect(result.stderr).toBe(
         `nestjs-redis-lock: release asks for confirmation and stdin is not a terminal: ` +
@@ -538,7 +540,11 @@ describe('usage errors: exit 2 and one line that says what to write', () => {
 
 describe('help and version', () => {
   it('--version prints the package version and needs no nodes', async () => {
-    expect(await cli(['--version'])).toMatchObject({ code: 0, stdout: `${VERSION}\n`, stderr: '' });
+    expect(await cliProcess(['--version'])).toMatchObject({
+      code: 0,
+      stdout: `${VERSION}\n`,
+      stderr: '',
+    });
   });
 
   it('--help lists the commands, options and exit codes', async () => {
