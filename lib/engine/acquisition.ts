@@ -89,13 +89,15 @@ export async function acquireWith<R extends CallRequest>(
       ticket?.attempting();
       // Outside a queue, a release heard during the attempt wakes nobody: noted here instead.
       watch?.end();
-      watch = ticket
-        ? undefined
-        : context.queues.watch(
-            request.keys,
-            context.channel?.listening(request.keys) ?? false,
-            () => request.waiter,
-          );
+      // (A single attempt never waits: nothing to note.)
+      watch =
+        ticket || request.retry.attempts === 0
+          ? undefined
+          : context.queues.watch(
+              request.keys,
+              context.channel?.listening(request.keys) ?? false,
+              () => request.waiter,
+            );
       let outcome: Grant | Refusal;
       try {
         outcome = await acquirer.attempt(request);
@@ -145,7 +147,7 @@ export async function acquireWith<R extends CallRequest>(
         // The head asks again now when a release may have gone unheard (during the attempt, or
         // before the subscription was in place), or to take its place in the nodes' lines, which
         // an attempt that was not yet waiting did not join. Otherwise it waits for a release.
-        const askNow = ticket.isHead && (watch!.end() || !request.inLine);
+        const askNow = ticket.isHead && (watch?.end() !== false || !request.inLine);
         if (!askNow) await waitTurn(context, ticket, delay, deadline, request, attempt);
       } else {
         await waitTurn(context, ticket, delay, deadline, request, attempt);

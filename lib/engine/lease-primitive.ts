@@ -183,19 +183,17 @@ export abstract class LeasePrimitive implements LockOwner {
 
   /** Waits per the retry policy; throws LockTimeoutError when it stays busy. */
   protected async acquireLease(kind: string, options: AcquireOptions = {}): Promise<Lock> {
-    const request: LeaseRequest = {
+    const request: LeaseRequest = callRequest(
+      this.context,
+      [this.name],
+      [this.channelKey],
       // A queue of its own: any release heard on the key wakes it (readers and permits can be
       // admitted several at once, so waiters of this process do not wait behind each other).
-      ...callRequest(
-        this.context,
-        [this.name],
-        [this.channelKey],
-        undefined,
-        options,
-        this.busyMessage(kind),
-      ),
-      kind,
-    };
+      undefined,
+      options,
+      this.busyMessage(kind),
+      { kind, hint: undefined, splits: undefined },
+    );
     return await acquireWith(this.context, request, this.acquirer);
   }
 

@@ -470,16 +470,15 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   private request(resources: string | readonly string[], options: UsingOptions): LockRequest {
     const list = normalizeResources(resources);
     const keys = list.map((resource) => this.admin.lockKey(resource));
-    return {
-      ...callRequest(
-        this.context,
-        list,
-        keys,
-        keys.length === 1 ? keys[0] : keys.join('\n'),
-        options,
-      ),
-      acquireKeys: this.nodeCounters ? [...keys, this.admin.nodeCounterKey] : keys,
-    };
+    return callRequest(
+      this.context,
+      list,
+      keys,
+      keys.length === 1 ? keys[0] : keys.join('\n'),
+      options,
+      undefined,
+      { acquireKeys: this.nodeCounters ? [...keys, this.admin.nodeCounterKey] : keys },
+    );
   }
 
   /** A call's retry options over the engine's, resolved once per options object. */
