@@ -9,6 +9,7 @@ import {
 } from '../../lib/engine/index.js';
 import { hashSlot } from '../../lib/engine/cluster-scripts.js';
 import { nextLockEvent, timedHandOff } from '../support/lock-events.js';
+import { readWriteLocksAndSemaphores } from './lease-primitives.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import {
   ownerOfSlot,
@@ -100,6 +101,11 @@ describe('a Redis Cluster as the only node', () => {
     expect(second.token).toBe(first.token! + 1);
     await expect(engine.tryAcquire(resource)).rejects.toBeInstanceOf(LockBusyError);
     await second.release();
+  });
+
+  it('takes read-write locks and semaphore permits, and wakes their waiters through sharded release messages', async () => {
+    const { engine: other } = await connected();
+    await readWriteLocksAndSemaphores(engine, other);
   });
 
   describe('a lock on resources in several slots', () => {

@@ -4,6 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { LockEngine, type LockEngineOptions, type LockNodeSpec } from '../../lib/engine/index.js';
 import { timedHandOff } from '../support/lock-events.js';
+import { readWriteLocksAndSemaphores } from './lease-primitives.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import { RedisSentinelSetup } from '../support/redis-topologies.js';
 
@@ -88,6 +89,14 @@ describe('a Sentinel-managed master as a node', () => {
     const { next, ms } = await timedHandOff(lock, waiter, resource, SLOW_POLLING);
     await next.release();
     expect(ms).toBeLessThan(1000);
+  });
+
+  it('takes read-write locks and semaphore permits on the master, and wakes their waiters through its release messages', async () => {
+    const [{ engine }, { engine: other }] = await Promise.all([
+      connected(sentinelNode()),
+      connected(sentinelNode()),
+    ]);
+    await readWriteLocksAndSemaphores(engine, other);
   });
 
   // Last: it swaps the roles of the two servers.
