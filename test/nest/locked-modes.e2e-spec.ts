@@ -129,7 +129,9 @@ class CatalogueController {
   }
 
   @Post(':id/long')
-  @Locked('catalogue:<0>', { mode: 'write', ttl: 200 })
+  // A lease that a stall of the test machine cannot outlast between two extensions (a 200 ms
+  // one was lost once in CI, and the test then waited for extensions that never came).
+  @Locked('catalogue:<0>', { mode: 'write', ttl: 1000 })
   async long(
     @Param('id', ParseIntPipe) id: number,
     @Query('gate') gate: string,
@@ -288,7 +290,7 @@ describe('@Locked(key, { mode }) and @Limited() on HTTP handlers', () => {
     const response = post('/catalogue/5/long?gate=l5');
     await latches.entered('l5');
     await extended;
-    // Three leases of 200 ms have gone by: the hold is still there.
+    // Three extensions have gone by, more than one lease: the hold is still there.
     await expect(locks.readWriteLock('catalogue:5').tryAcquire('read')).rejects.toMatchObject({
       code: 'LOCK_BUSY',
     });

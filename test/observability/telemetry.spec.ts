@@ -325,9 +325,11 @@ describe('OpenTelemetry through instrumentLocks()', () => {
     parent.end();
     const [lost] = otel.finished('lock.lost');
     expect(lost.parentSpanContext?.spanId).toBe(parent.spanContext().spanId);
-    // Held from the grant until its validity ran out, never less.
+    // Held from the grant until its validity ran out. The expiry timer runs on the event loop's
+    // millisecond clock, which may fire it up to 1 ms before performance.now() reaches the end
+    // (38.8 ms held of 39.x once in CI): never sooner than that.
     expect(validity).toBeGreaterThan(0);
-    expect(lost.attributes['lock.held_ms']).toBeGreaterThanOrEqual(Math.floor(validity));
+    expect(lost.attributes['lock.held_ms']).toBeGreaterThanOrEqual(Math.floor(validity) - 1);
     expect(await otel.total('lock.lost')).toBe(1);
     expect(await otel.total('lock.held')).toBe(0);
   });
