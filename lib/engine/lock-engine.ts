@@ -3,6 +3,8 @@ import { acquireWith, nodeResults } from './acquisition.js';
 import { callRequest, SINGLE_ATTEMPT } from './call-request.js';
 import { hideCredentials } from './credentials.js';
 import type { Asking, EngineContext } from './engine-context.js';
+import { reportAcquired, reportFailed, reportLost, reportReleased } from './event-reports.js';
+import { HeldLocks } from './held-locks.js';
 import { Lock, type LockOwner, type ReleaseResult } from './lock.js';
 import type { LockEvents, NodeResults } from './lock-events.js';
 import { type LockError, type LockLostError, LockOptionsError } from './lock-errors.js';
@@ -53,9 +55,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   /** Aborted when draining begins: wakes every waiter. */
   private readonly closing = new AbortController();
   /** Locks granted by this engine and not yet released or lost, for a graceful shutdown. */
-  private readonly held = new Set<Lock>();
-  /** Resolves a drain() waiting for the last held lock. */
-  private onDrained: (() => void) | undefined;
+  private readonly held = new HeldLocks();
   private closingDown: Promise<void> | undefined;
   /** Warnings about the same node within a short time, folded into one. */
   private readonly warnings = new WarningLimiter((message) => this.options.logger.warn(message));
@@ -275,23 +275,14 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
 
   /** @internal Called by a lock that was lost. */
   lockLost(lock: Lock, error: LockLostError): void {
-    this.forget(lock);
-    if (this.listenerCount('lost') > 0)
-      this.emit('lost', { lock, error, held: performance.now() - lock.grantedAt });
+    this.held.forget(lock);
+    reportLost(this, lock, error);
   }
 
   /** A grant: held until released or lost (a drain waits for it), and its events. */
   private granted(request: Asking, lock: Lock, attempts: number, round: RoundResult<unknown>) {
     this.held.add(lock);
-    if (request.waiting) this.emitWaited(request, attempts, true);
-    if (this.listenerCount('acquired') > 0) {
-      this.emit('acquired', {
-        lock,
-        attempts,
-        waited: performance.now() - request.started,
-        nodes: nodeResults(round),
-      });
-    }
+    reportAcquired(this, request, lock, attempts, round, nodeResults);
   }
 
   /** A release done on the nodes: warnings for the nodes it missed, the event, the books. */
@@ -301,7 +292,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     started: number,
     round: RoundResult<unknown>,
   ): void {
-    this.forget(lock);
+    this.held.forget(lock);
     for (const failure of result.failures) {
       this.warnings.warn(
         failure.node,
@@ -309,16 +300,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
           `its copy expires with the lease (${failure.error.message}).`,
       );
     }
-    if (this.listenerCount('released') > 0) {
-      const now = performance.now();
-      this.emit('released', {
-        lock,
-        result,
-        held: now - lock.grantedAt,
-        duration: now - started,
-        nodes: nodeResults(round),
-      });
-    }
+    reportReleased(this, lock, result, started, round, nodeResults);
   }
 
   /**
@@ -335,31 +317,8 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     error: LockError,
     nodes?: NodeResults,
   ): LockError {
-    if (request.waiting) this.emitWaited(request, attempts, false);
-    if (this.listenerCount('failed') > 0) {
-      this.emit('failed', {
-        resources: request.resources,
-        attempts,
-        waited: request.started === undefined ? 0 : performance.now() - request.started,
-        error,
-        nodes,
-      });
-    }
+    reportFailed(this, request, attempts, error, nodes);
     return error;
-  }
-
-  private emitWaited(
-    request: { readonly resources: readonly string[]; readonly started?: number },
-    attempts: number,
-    acquired: boolean,
-  ): void {
-    if (this.listenerCount('waited') === 0) return;
-    this.emit('waited', {
-      resources: request.resources,
-      attempts,
-      waited: request.started === undefined ? 0 : performance.now() - request.started,
-      acquired,
-    });
   }
 
   /**
@@ -429,24 +388,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       this.draining = true;
       this.closing.abort();
     }
-    if (this.held.size > 0 && timeout > 0) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, timeout);
-        const previous = this.onDrained;
-        this.onDrained = () => {
-          clearTimeout(timer);
-          previous?.();
-          resolve();
-        };
-      });
-    }
-    const left = [...this.held];
-    for (const lock of left) {
-      lock.lost(
-        `the lock engine shut down before its holder released it (shutdownTimeout ${timeout} ms)`,
-      );
-    }
-    await Promise.all(left.map((lock) => lock.release()));
+    await this.held.drain(timeout);
   }
 
   /**
@@ -455,15 +397,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
    * expire on the nodes when the lease ends, even if this process has gone.
    */
   leaveToExpire(lock: Lock): void {
-    this.forget(lock);
-  }
-
-  /** A lock of this engine is no longer held: the last one lets a drain() finish. */
-  private forget(lock: Lock): void {
-    if (!this.held.delete(lock) || this.held.size > 0) return;
-    const drained = this.onDrained;
-    this.onDrained = undefined;
-    drained?.();
+    this.held.forget(lock);
   }
 
   /** A lock's acquisition: the call's options over the engine's, and the keys per node kind. */

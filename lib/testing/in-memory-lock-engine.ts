@@ -9,6 +9,10 @@ import {
   normalizeResources,
   resolveEngineOptions,
   holdWhile,
+  reportAcquired,
+  reportFailed,
+  reportLost,
+  reportReleased,
   SINGLE_ATTEMPT,
   type AcquireOptions,
   type LockEngineOptions,
@@ -41,7 +45,7 @@ import {
   type ForeignHold,
 } from './memory-hooks.js';
 import { emptyLine } from './memory-line.js';
-import { drift, lockKey, nodeSpecs, results, simulateNodes, up } from './memory-nodes.js';
+import { drift, grantResults, lockKey, nodeSpecs, results, simulateNodes } from './memory-nodes.js';
 import {
   acquireInMemory,
   memoryRequest,
@@ -155,20 +159,8 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
   private readonly acquirer: MemoryAcquirer<MemoryRequest> = {
     attempt: (request) => this.attempt(request),
     failed: (request, attempts, error, nodes) => this.failed(request, attempts, error, nodes),
-    granted: (request, lock, attempts) => {
-      if (request.waiting) this.emitWaited(request, attempts, true);
-      if (this.listenerCount('acquired') === 0) return;
-      this.emit('acquired', {
-        lock,
-        attempts,
-        waited: performance.now() - request.started,
-        nodes: {
-          granted: up(this.state),
-          denied: 0,
-          failed: this.nodes.length - up(this.state),
-        },
-      });
-    },
+    granted: (request, lock, attempts) =>
+      reportAcquired(this, request, lock, attempts, this.state, grantResults),
     contended: (request, attempt, refusal) => {
       if (this.listenerCount('contended') === 0) return;
       this.emit('contended', {
@@ -258,22 +250,13 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
       nodesPending: 0,
       failures: round.failures,
     };
-    if (this.listenerCount('released') > 0) {
-      this.emit('released', {
-        lock,
-        result,
-        held: performance.now() - lock.grantedAt,
-        duration: 0,
-        nodes: results(round),
-      });
-    }
+    reportReleased(this, lock, result, start, round, results);
     return result;
   }
 
   /** @internal Called by a lock that was lost. */
   lockLost(lock: Lock, error: LockLostError): void {
-    if (this.listenerCount('lost') > 0)
-      this.emit('lost', { lock, error, held: performance.now() - lock.grantedAt });
+    reportLost(this, lock, error);
   }
 
   /** What every simulated node holds for `resource`, as `LockEngine.inspect()` reports it. */
@@ -377,31 +360,8 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
     error: LockError,
     nodes?: NodeResults,
   ): LockError {
-    if (request.waiting) this.emitWaited(request, attempts, false);
-    if (this.listenerCount('failed') > 0) {
-      this.emit('failed', {
-        resources: request.resources,
-        attempts,
-        waited: performance.now() - request.started,
-        error,
-        nodes,
-      });
-    }
+    reportFailed(this, request, attempts, error, nodes);
     return markLockFailure(error);
-  }
-
-  private emitWaited(
-    request: { readonly resources: readonly string[]; started: number },
-    attempts: number,
-    acquired: boolean,
-  ): void {
-    if (this.listenerCount('waited') === 0) return;
-    this.emit('waited', {
-      resources: request.resources,
-      attempts,
-      waited: performance.now() - request.started,
-      acquired,
-    });
   }
 
   private attempt(request: MemoryRequest): Lock | MemoryRefusal {

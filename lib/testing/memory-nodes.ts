@@ -172,6 +172,12 @@ export function up(state: MemoryState): number {
   return state.nodes.filter((node) => !node.down).length;
 }
 
+/** A grant's results: every node that is up granted it (simulated nodes answer at once). */
+export function grantResults(state: MemoryState): NodeResults {
+  const granted = up(state);
+  return { granted, denied: 0, failed: state.nodes.length - granted };
+}
+
 /** A node's name from its spec, as the real engine's labels read: `host:port`. */
 function labelOf(spec: LockNodeSpec, index: number): string {
   if (typeof spec === 'string') {
