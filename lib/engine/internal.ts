@@ -22,7 +22,7 @@ export { collectRisks } from './node-checks.js';
 export { type ResolvedRetry } from './lock-options.js';
 export { checkMs, resolveRetry } from './option-checks.js';
 export { rejectUnknownOptions } from './resolve-options.js';
-export type { LockOwner } from './lock.js';
+export type { LeaseGrant, LockOwner } from './lock.js';
 export { judgeInspection } from './lock-admin.js';
 export { retryDelay } from './retry-delay.js';
 // A call's options, checked and resolved the same way by every engine (the in-memory one too).

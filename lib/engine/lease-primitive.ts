@@ -8,7 +8,7 @@ import {
 } from './acquisition.js';
 import { callRequest, fenceSeed, SINGLE_ATTEMPT, type CallRequest } from './call-request.js';
 import type { EngineContext } from './engine-context.js';
-import { type Lock, type LockOwner, type ReleaseResult } from './lock.js';
+import { type LeaseGrant, type Lock, type LockOwner, type ReleaseResult } from './lock.js';
 import { LockOptionsError, type LockLostError } from './lock-errors.js';
 import type { LockNode } from './lock-node.js';
 import type { AcquireOptions, UsingOptions } from './lock-options.js';
@@ -106,14 +106,7 @@ export abstract class LeasePrimitive implements LockOwner {
   /** What identifies a holding on a node besides its value (a semaphore's slot). */
   protected abstract where(slot: number | undefined): (string | number)[];
   /** Makes the handle of a grant. */
-  protected abstract handle(
-    kind: string,
-    value: string,
-    tokens: readonly number[],
-    ttl: number,
-    validUntil: number,
-    slot: number | undefined,
-  ): Lock;
+  protected abstract handle(kind: string, grant: LeaseGrant, slot: number | undefined): Lock;
   /** The message of a first attempt's LockBusyError, in this primitive's words. */
   protected abstract busyMessage(kind: string): string;
   /** The holders' values in a node's holders hash (field -> entry). */
@@ -294,7 +287,18 @@ export abstract class LeasePrimitive implements LockOwner {
           }
         }
         return {
-          lock: this.handle(kind, value, tokens, request.ttl, validUntil, slot),
+          lock: this.handle(
+            kind,
+            {
+              resources: [this.name],
+              keys: [this.channelKey],
+              value,
+              tokens,
+              ttl: request.ttl,
+              validUntil,
+            },
+            slot,
+          ),
           round,
         };
       }

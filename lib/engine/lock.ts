@@ -29,6 +29,23 @@ export interface LockOwner {
   lockLost(lock: Lock, error: LockLostError): void;
 }
 
+/**
+ * What a read-write hold or a semaphore permit is made of, as its primitive
+ * (the Redis one or the in-memory one) granted it.
+ */
+export interface LeaseGrant {
+  readonly resources: readonly string[];
+  readonly keys: readonly string[];
+  readonly value: string;
+  readonly tokens: readonly number[];
+  readonly ttl: number;
+  readonly validUntil: number;
+}
+
+/** A grant's parts in the order of Lock's constructor. */
+export const grantParts = (grant: LeaseGrant) =>
+  [grant.resources, grant.keys, grant.value, grant.tokens, grant.ttl, grant.validUntil] as const;
+
 type LockState = 'held' | 'released' | 'lost';
 
 /**

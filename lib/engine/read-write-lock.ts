@@ -1,4 +1,4 @@
-import { Lock } from './lock.js';
+import { grantParts, Lock, type LeaseGrant } from './lock.js';
 import { LockOptionsError } from './lock-errors.js';
 import type { LockNode } from './lock-node.js';
 import type { AcquireOptions, UsingOptions } from './lock-options.js';
@@ -22,14 +22,9 @@ export class ReadWriteHold extends Lock {
   constructor(
     owner: ReadWriteLock,
     readonly mode: LockMode,
-    resources: readonly string[],
-    keys: readonly string[],
-    value: string,
-    tokens: readonly number[],
-    ttl: number,
-    validUntil: number,
+    grant: LeaseGrant,
   ) {
-    super(owner, resources, keys, value, tokens, ttl, validUntil);
+    super(owner, ...grantParts(grant));
   }
 }
 
@@ -133,23 +128,8 @@ export class ReadWriteLock extends LeasePrimitive {
     return [];
   }
 
-  protected handle(
-    mode: string,
-    value: string,
-    tokens: readonly number[],
-    ttl: number,
-    validUntil: number,
-  ): Lock {
-    return new ReadWriteHold(
-      this,
-      mode as LockMode,
-      [this.name],
-      [this.channelKey],
-      value,
-      tokens,
-      ttl,
-      validUntil,
-    );
+  protected handle(mode: string, grant: LeaseGrant): Lock {
+    return new ReadWriteHold(this, mode as LockMode, grant);
   }
 }
 

@@ -1,4 +1,4 @@
-import { Lock } from './lock.js';
+import { grantParts, Lock, type LeaseGrant } from './lock.js';
 import { LockOptionsError } from './lock-errors.js';
 import type { LockNode } from './lock-node.js';
 import type { AcquireOptions, UsingOptions } from './lock-options.js';
@@ -25,14 +25,9 @@ export class Permit extends Lock {
      * by (semaphore, slot) when holders of different slots may write it too.
      */
     readonly slot: number,
-    resources: readonly string[],
-    keys: readonly string[],
-    value: string,
-    tokens: readonly number[],
-    ttl: number,
-    validUntil: number,
+    grant: LeaseGrant,
   ) {
-    super(owner, resources, keys, value, tokens, ttl, validUntil);
+    super(owner, ...grantParts(grant));
   }
 }
 
@@ -141,24 +136,8 @@ export class Semaphore extends LeasePrimitive {
     return [slot ?? 0];
   }
 
-  protected handle(
-    _kind: string,
-    value: string,
-    tokens: readonly number[],
-    ttl: number,
-    validUntil: number,
-    slot: number | undefined,
-  ): Lock {
-    return new Permit(
-      this,
-      slot ?? 0,
-      [this.name],
-      [this.channelKey],
-      value,
-      tokens,
-      ttl,
-      validUntil,
-    );
+  protected handle(_kind: string, grant: LeaseGrant, slot: number | undefined): Lock {
+    return new Permit(this, slot ?? 0, grant);
   }
 }
 

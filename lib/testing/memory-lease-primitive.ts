@@ -13,6 +13,7 @@ import {
   LockUnavailableError,
   normalizeResources,
   type AcquireOptions,
+  type LeaseGrant,
   type LockError,
   type LockOwner,
   type NodeResults,
@@ -68,10 +69,8 @@ export abstract class MemoryLeasePrimitive implements LockOwner {
   /** The holding and its handle. */
   protected abstract grant(
     kind: string,
-    value: string,
+    grant: LeaseGrant,
     token: number,
-    ttl: number,
-    validUntil: number,
     live: readonly MemoryHolding[],
   ): Lock;
 
@@ -100,8 +99,10 @@ export abstract class MemoryLeasePrimitive implements LockOwner {
     return this.state.leaseFences.get(this.key) ?? 0;
   }
 
-  protected record(holding: MemoryHolding, lock: Lock): Lock {
-    this.state.leases.set(this.key, [...this.live(), holding]);
+  /** Keeps the holding on the nodes until its lease (with the drift) ends. */
+  protected record(holding: Omit<MemoryHolding, 'expiresAt'>, lock: Lock): Lock {
+    const expiresAt = lock.validUntil + drift(this.state.options, lock.ttl);
+    this.state.leases.set(this.key, [...this.live(), { ...holding, expiresAt }]);
     this.owned.add(lock);
     return lock;
   }
@@ -139,14 +140,15 @@ export abstract class MemoryLeasePrimitive implements LockOwner {
     const live = this.live(now);
     if (!someoneAhead(this.state.line, request) && this.admits(request.kind, live)) {
       const token = this.state.options.fencing ? this.token(request.kind) : 0;
-      return this.grant(
-        request.kind,
-        randomValue(),
-        token,
-        request.ttl,
-        now + request.ttl - request.drift,
-        live,
-      );
+      const grant: LeaseGrant = {
+        resources: [this.name],
+        keys: [this.key],
+        value: randomValue(),
+        tokens: this.state.options.fencing ? [token] : [],
+        ttl: request.ttl,
+        validUntil: now + request.ttl - request.drift,
+      };
+      return this.grant(request.kind, grant, token, live);
     }
     const leases = this.blocking(request.kind, live).map((h) => h.expiresAt - now);
     return { busy: true, retryAfter: leases.length > 0 ? Math.max(...leases) : undefined };

@@ -18,6 +18,7 @@ import {
   SINGLE_ATTEMPT,
   semaphoreBusyMessage,
   type AcquireOptions,
+  type LeaseGrant,
   type Lock,
   type LockMode,
   type ReadWriteInspection,
@@ -27,7 +28,6 @@ import {
   type UsingOptions,
 } from '../engine/internal.js';
 import { MemoryLeasePrimitive, type LeaseHost } from './memory-lease-primitive.js';
-import { drift } from './memory-nodes.js';
 import type { MemoryHolding } from './memory-state.js';
 
 export type { LeaseHost } from './memory-lease-primitive.js';
@@ -77,25 +77,9 @@ export class MemoryReadWriteLock extends MemoryLeasePrimitive {
     return mode === 'write' ? this.nextToken() : this.lastToken();
   }
 
-  protected grant(
-    mode: string,
-    value: string,
-    token: number,
-    ttl: number,
-    validUntil: number,
-  ): Lock {
-    const hold = new ReadWriteHold(
-      this as unknown as ReadWriteLock,
-      mode as LockMode,
-      [this.name],
-      [this.key],
-      value,
-      this.state.options.fencing ? [token] : [],
-      ttl,
-      validUntil,
-    );
-    const expiresAt = validUntil + drift(this.state.options, ttl);
-    return this.record({ value, mode: mode as LockMode, expiresAt, token }, hold);
+  protected grant(mode: string, grant: LeaseGrant, token: number): Lock {
+    const hold = new ReadWriteHold(this as unknown as ReadWriteLock, mode as LockMode, grant);
+    return this.record({ value: grant.value, mode: mode as LockMode, token }, hold);
   }
 
   protected busyMessage(mode: string): string {
@@ -147,27 +131,15 @@ export class MemorySemaphore extends MemoryLeasePrimitive {
 
   protected grant(
     _kind: string,
-    value: string,
+    grant: LeaseGrant,
     token: number,
-    ttl: number,
-    validUntil: number,
     live: readonly MemoryHolding[],
   ): Lock {
     // The lowest free slot, as the nodes pick it for a caller with nobody ahead.
     let slot = 1;
     while (live.some((h) => h.slot === slot)) slot++;
-    const permit = new Permit(
-      this as unknown as Semaphore,
-      slot,
-      [this.name],
-      [this.key],
-      value,
-      this.state.options.fencing ? [token] : [],
-      ttl,
-      validUntil,
-    );
-    const expiresAt = validUntil + drift(this.state.options, ttl);
-    return this.record({ value, slot, expiresAt, token }, permit);
+    const permit = new Permit(this as unknown as Semaphore, slot, grant);
+    return this.record({ value: grant.value, slot, token }, permit);
   }
 
   protected busyMessage(): string {
