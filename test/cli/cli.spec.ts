@@ -33,7 +33,7 @@ describe('the nestjs-redis-lock command line', () => {
     app = new LockEngine({ nodes: urls(), logger: quietLogger() });
     await app.connect();
   });
-  afterAll(() => app.close());
+  afterAll(() => app.close({ timeout: 0 }));
   afterEach(async () => {
     await nodesBack(redis.nodes, app);
   });

@@ -153,7 +153,7 @@ describe('fencing tokens under contenders in several OS processes', () => {
   }
 
   it('grants one holder at a time, with tokens unique and increasing in grant order', async () => {
-    const iterations = 150;
+    const iterations = 50;
     await startContenders(unique('hot'), iterations);
     const records = await round();
     await Promise.all(contenders.map((c) => c.stop()));

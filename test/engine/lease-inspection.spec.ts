@@ -245,7 +245,7 @@ describe('reading read-write locks and semaphores off the nodes', () => {
     await Promise.all([engine.connect(), waiting.connect()]);
   });
   afterAll(async () => {
-    await Promise.all([engine.close(), waiting.close()]);
+    await Promise.all([engine.close({ timeout: 0 }), waiting.close({ timeout: 0 })]);
   });
   afterEach(async () => {
     await nodesBack(redis.nodes, engine);

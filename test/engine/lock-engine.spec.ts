@@ -259,21 +259,21 @@ describe('fencing tokens', () => {
     await Promise.all(clients.map((c) => c.quit()));
   });
 
-  it('strictly increase over 10,000 sequential grants', async () => {
+  it('strictly increase over 2,000 sequential grants', async () => {
     const resource = unique('sequential');
     let previous = 0;
     let increasing = 0;
-    for (let i = 0; i < 10_000; i++) {
+    for (let i = 0; i < 2_000; i++) {
       const lock = await engine.tryAcquire(resource);
       if (lock.token! > previous) increasing++;
       previous = lock.token!;
       await lock.release();
     }
-    expect(increasing).toBe(10_000);
+    expect(increasing).toBe(2_000);
     expect(Number.isSafeInteger(previous)).toBe(true);
-    // 20,000 round trips in a row: about 20 s on an idle machine, over 120 s once beside two
+    // 4,000 round trips in a row: about 4 s on an idle machine, over 25 s once beside two
     // CPU-bound processes and other test processes. The timeout only guards against a hang.
-  }, 300_000);
+  }, 120_000);
 
   it('keep the same token across extensions', async () => {
     const lock = await engine.acquire(unique('same'));

@@ -82,7 +82,7 @@ beforeEach(() => {
 });
 afterEach(async () => {
   consoleWarn.mockRestore();
-  await Promise.all(engines.splice(0).map((e) => e.close()));
+  await Promise.all(engines.splice(0).map((e) => e.close({ timeout: 0 })));
 });
 
 const unique = (name: string) => `${name}:${randomUUID()}`;

@@ -36,7 +36,7 @@ describe('read-write locks', () => {
     b = await engine({ fenceCounter: 'resource' });
   });
   afterAll(async () => {
-    await Promise.all(engines.map((e) => e.close()));
+    await Promise.all(engines.map((e) => e.close({ timeout: 0 })));
   });
 
   it('lets readers share and keeps a writer out until the last reader is gone', async () => {
