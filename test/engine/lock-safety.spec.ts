@@ -18,6 +18,7 @@ import {
 } from '../../lib/engine/index.js';
 import { ACQUIRE, MAX_LINE, RELEASE } from '../../lib/engine/lua-scripts.js';
 import { FaultProxy, PASS } from '../chaos/fault-proxy.js';
+import { nextReady } from '../support/engine-ready.js';
 import { nextLockEvent } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import {
@@ -263,7 +264,7 @@ describe('scripts on a connection', () => {
   it('loads every script on a new connection before its first call', async () => {
     const node = redis.nodes[2];
     const engine = await engineOn([node.url]);
-    const reconnected = once(engine.nodes[0].client, 'ready');
+    const reconnected = nextReady(engine.nodes[0].client);
     await node.restart();
     await reconnected;
     const lock = await engine.tryAcquire(unique('reloaded'));

@@ -8,7 +8,7 @@ type NodeClient = LockEngine['nodes'][number]['client'];
  * is still down (one of several restarted in parallel, not yet listening)
  * reports every refused attempt as one. Only 'end' means it stopped trying.
  */
-function nextReady(client: NodeClient): Promise<void> {
+export function nextReady(client: NodeClient): Promise<void> {
   return new Promise((resolve, reject) => {
     const onReady = () => {
       client.off('end', onEnd);

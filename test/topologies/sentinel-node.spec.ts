@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { once } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { LockEngine, type LockEngineOptions, type LockNodeSpec } from '../../lib/engine/index.js';
+import { nextReady } from '../support/engine-ready.js';
 import { timedHandOff } from '../support/lock-events.js';
 import { readWriteLocksAndSemaphores } from './lease-primitives.js';
 import { quietLogger } from '../support/quiet-logger.js';
@@ -113,7 +113,7 @@ describe('a Sentinel-managed master as a node', () => {
     expect(await oldMaster.cli('WAIT', 1, 5000)).toBe('1');
 
     // The engine's own clients follow the announcement (+switch-master) and reconnect.
-    const rejoined = [engine, waiter].map((e) => once(e.nodes[0].client, 'ready'));
+    const rejoined = [engine, waiter].map((e) => nextReady(e.nodes[0].client));
     const newMaster = await setup.failover();
     expect(newMaster).not.toBe(oldMaster);
     await Promise.all(rejoined);
