@@ -1,6 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
-import { once } from 'node:events';
 import { Redis } from 'ioredis';
 import { LockBusyError, LockEngine, LockUnavailableError } from '../../lib/engine/index.js';
 import { hashSlot } from '../../lib/engine/cluster-scripts.js';
@@ -137,7 +136,13 @@ describe('a Redis Cluster as one of three nodes in a quorum', () => {
       await master.cli('CONFIG', 'SET', 'notify-keyspace-events', 'Kg');
       const watcher = new Redis(master.port, master.host);
       await watcher.subscribe(`__keyspace@0__:${keyOf(resource)}`);
-      return { master, watcher, deleted: once(watcher, 'message') };
+      // Only the deletion: the grant's SET ... PX is an 'expire' event of the same key first.
+      const deleted = new Promise<void>((resolve) =>
+        watcher.on('message', (_channel: string, event: string) => {
+          if (event === 'del') resolve();
+        }),
+      );
+      return { master, watcher, deleted };
     });
     const watchers = await Promise.all(rolledBackKeys);
     try {
