@@ -86,6 +86,15 @@ export interface Headlines {
     lockedP99?: number;
     /** Median over rounds of locked / plain, each pair measured back to back. */
     paired?: number;
+    /** The same endpoint with LockService.using() in the handler instead of @Locked(). */
+    byHand?: number;
+    /** Median over rounds of locked / byHand. */
+    pairedByHand?: number;
+    /** An SQLite write without a lock, and the same write fenced under @Locked(). */
+    writePlain?: number;
+    writeLocked?: number;
+    /** Median over rounds of writeLocked / writePlain. */
+    pairedWrite?: number;
   }[];
   memory?: {
     nodes: number;
@@ -191,6 +200,27 @@ export function renderTargets(h: Headlines): string | undefined {
         ? `${pct(cost)} (${k(f.on)} on vs ${k(f.off)} off${ok(cpuCost) ? `; CPU per cycle +${pct(cpuCost)}` : ''}${pairedNote(f.paired)})`
         : '–',
       costAtMost(cost, 0.1),
+    ]);
+  }
+  for (const r of h.http ?? []) {
+    const n = `${r.nodes} node${r.nodes > 1 ? 's' : ''}`;
+    const byHand = ok(r.locked) && ok(r.byHand) ? r.locked / r.byHand : undefined;
+    rows.push([
+      `@Locked() vs LockService.using() by hand, ${n}, ${r.platform}: requests/s`,
+      '≥ 0.97×',
+      ok(byHand)
+        ? `${x(byHand)} (${formatRate(r.locked!)} vs ${formatRate(r.byHand!)} req/s${ok(r.pairedByHand) ? `; median of paired rounds ${x(r.pairedByHand)}` : ''})`
+        : '–',
+      atLeast(byHand, 0.97),
+    ]);
+    const write = ok(r.writeLocked) && ok(r.writePlain) ? r.writeLocked / r.writePlain : undefined;
+    rows.push([
+      `Fenced SQLite write under @Locked(), ${n}, ${r.platform}: requests/s × the unlocked write`,
+      '≥ 0.85×',
+      ok(write)
+        ? `${x(write)} (${formatRate(r.writeLocked!)} vs ${formatRate(r.writePlain!)} req/s${ok(r.pairedWrite) ? `; median of paired rounds ${x(r.pairedWrite)}` : ''})`
+        : '–',
+      atLeast(write, 0.85),
     ]);
   }
   for (const r of (h.http ?? []).filter((r) => r.nodes === 1)) {

@@ -16,11 +16,20 @@ const PLATFORMS: readonly HttpPlatform[] = ['express', 'fastify'];
 type AppKind = 'lock' | 'lockApClients' | 'optOut' | 'bare';
 
 type Endpoint =
-  'plain' | 'locked' | 'lockedApClients' | 'hot' | 'plainOptOut' | 'lockedOptOut' | 'bare';
+  | 'plain'
+  | 'locked'
+  | 'byHand'
+  | 'writePlain'
+  | 'writeLocked'
+  | 'lockedApClients'
+  | 'hot'
+  | 'plainOptOut'
+  | 'lockedOptOut'
+  | 'bare';
 
 /** A fresh id on every request: `/<route>/<run>-<i>`. */
 const freshId =
-  (route: 'plain' | 'locked') =>
+  (route: string) =>
   (run: string, i: number): string =>
     `/${route}/${run}-${i}`;
 
@@ -30,6 +39,21 @@ const ENDPOINTS: Record<
 > = {
   plain: { label: 'GET /plain/:id', app: 'lock', path: freshId('plain') },
   locked: { label: 'GET /locked/:id (@Locked)', app: 'lock', path: freshId('locked') },
+  byHand: {
+    label: 'GET /by-hand/:id (LockService.using() in the handler)',
+    app: 'lock',
+    path: freshId('by-hand'),
+  },
+  writePlain: {
+    label: 'GET /write/plain/:id (SQLite write)',
+    app: 'lock',
+    path: freshId('write/plain'),
+  },
+  writeLocked: {
+    label: 'GET /write/locked/:id (@Locked, fenced SQLite write)',
+    app: 'lock',
+    path: freshId('write/locked'),
+  },
   lockedApClients: {
     label: 'GET /locked/:id (@Locked), engine on auto-pipelining clients',
     app: 'lockApClients',
@@ -293,6 +317,15 @@ async function measureApps(
   }
 }
 
+/** The pairs every node count measures in interleaved rounds: locked and unlocked, by decorator and by hand. */
+const MAIN_ENDPOINTS: readonly Endpoint[] = [
+  'plain',
+  'locked',
+  'byHand',
+  'writePlain',
+  'writeLocked',
+];
+
 export const httpScenario: Scenario = {
   number: 4,
   id: 'http',
@@ -301,6 +334,7 @@ export const httpScenario: Scenario = {
     `A Nest app (bench/http/app.module.ts, compiled with tsc) in a Node.js process of its own, with RedisLockModule.forRoot({ nodes }) and its defaults ` +
     '(auto-extension, the lock-context interceptor on every handler, fencing, release notifications), ' +
     "serves `GET /plain/:id` and `GET /locked/:id` with `@Locked('item:<0>')`; both are async and return the same small JSON. " +
+    "`GET /by-hand/:id` does the same as the locked one with `LockService.using()` in the handler; `GET /write/plain/:id` and `GET /write/locked/:id` write a row of an SQLite file, the locked one fenced by the lock's token. " +
     `autocannon, in the bench process, keeps ${CONNECTIONS} keep-alive connections busy, with a new id on every request (no contention). ` +
     'The endpoints run in interleaved rounds; req/s is the best round. ' +
     'Besides: the locked endpoint of a second app process whose engine was given auto-pipelining clients, every request on one id (the lock is contended and requests queue for it; one run), and, on the first node count, both endpoints of an app with `contextInterceptor: false` (the interceptor applied to the locked handler only) and the unlocked endpoint of an app without RedisLockModule.',
@@ -316,8 +350,8 @@ export const httpScenario: Scenario = {
             platform,
             count,
             count === counts[0]
-              ? ['plain', 'locked', 'lockedApClients', 'plainOptOut', 'lockedOptOut', 'bare']
-              : ['plain', 'locked', 'lockedApClients'],
+              ? [...MAIN_ENDPOINTS, 'lockedApClients', 'plainOptOut', 'lockedOptOut', 'bare']
+              : [...MAIN_ENDPOINTS, 'lockedApClients'],
             ['hot'],
           )),
         );
@@ -344,6 +378,17 @@ export const httpScenario: Scenario = {
         paired: pairedRatio(
           find(n, platform, 'locked')?.rates ?? [],
           find(n, platform, 'plain')?.rates ?? [],
+        ),
+        byHand: find(n, platform, 'byHand')?.rate,
+        pairedByHand: pairedRatio(
+          find(n, platform, 'locked')?.rates ?? [],
+          find(n, platform, 'byHand')?.rates ?? [],
+        ),
+        writePlain: find(n, platform, 'writePlain')?.rate,
+        writeLocked: find(n, platform, 'writeLocked')?.rate,
+        pairedWrite: pairedRatio(
+          find(n, platform, 'writeLocked')?.rates ?? [],
+          find(n, platform, 'writePlain')?.rates ?? [],
         ),
       })),
     );
@@ -396,12 +441,19 @@ export const httpScenario: Scenario = {
           r.redisCpu.toFixed(1),
           r.loadCpu.toFixed(0),
           r.appCores.toFixed(2),
-          r.endpoint === 'plain' ? '1.00×' : formatRatio(r.rate, plain?.rate),
+          r.endpoint === 'plain' || r.endpoint === 'writePlain'
+            ? '1.00×'
+            : formatRatio(
+                r.rate,
+                (r.endpoint === 'writeLocked' ? find(r.nodes, r.platform, 'writePlain') : plain)
+                  ?.rate,
+              ),
           `${r.non2xx} / ${r.errors}`,
         ];
       }),
       notes: [
-        '"× unlocked endpoint": req/s over `GET /plain/:id` of the app with RedisLockModule on the same node count (the target: @Locked costs at most 15 %, i.e. ≥ 0.85× on 1 node).',
+        '"× unlocked endpoint": req/s over `GET /plain/:id` of the app with RedisLockModule on the same node count; for the fenced write, over `GET /write/plain/:id`, the same SQLite write without a lock (the target: ≥ 0.85×). `GET /by-hand/:id` does what `@Locked(\'item:<0>\')` does with `LockService.using()` in the handler (the target: `@Locked()` within 3 % of it).',
+        'The write endpoints upsert a row of an SQLite file (WAL, synchronous NORMAL, as the sample keeps its shop) and add one to its count; the locked one does it as a lock holder must, through nestjs-redis-lock/fenced: a claim that registers the token on the row, then a write where the row still carries it.',
         '"CPU µs/request": the app process (read from /proc, 10 ms ticks), the redis-servers (all nodes), and the bench process, which runs autocannon. On 2 cores the app, autocannon and the redis-servers share the machine, so req/s is bounded by all three; CPU per request is the steadier figure for what the lock costs the app.',
         'Latency: from autocannon’s per-response times (µs resolution), 2xx responses only, over all rounds.',
         'The `hot` row sends every request to one id: @Locked waits (default: wait up to 10 s), and the app’s waiters queue first come first served, so requests/s there is the rate at which one lock passes from request to request (two Redis round trips per hand-off).',
