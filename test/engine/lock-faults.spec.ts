@@ -2,6 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { LockBusyError, LockEngine, LockUnavailableError } from '../../lib/engine/index.js';
+import { nodesBack } from '../support/engine-ready.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import { quietLogger } from '../support/quiet-logger.js';
 
@@ -21,8 +22,9 @@ describe('faults on real nodes', () => {
   });
   afterAll(() => engine.close());
   afterEach(async () => {
-    // Every scenario leaves all five nodes running for the next one.
-    await Promise.all(redis.nodes.map((n) => n.ensureRunning()));
+    // Every scenario leaves all five nodes running for the next one, and the engine connected to
+    // them: a client still reconnecting would count as a failed node.
+    await nodesBack(redis.nodes, engine);
   });
 
   it('still grants locks with a minority of nodes killed', async () => {
@@ -102,7 +104,9 @@ describe('faults on real nodes', () => {
     const resource = unique('busy-minority');
     const lock = await engine.acquire(resource);
     await Promise.all([redis.nodes[1].kill(), redis.nodes[3].kill()]);
-    const error = await engine.tryAcquire(resource).catch((e: unknown) => e);
+    // A 10 s lease gives the nodes 1 s to answer: the three that are up must all say no, and a
+    // stall of the machine past the 200 ms of a 2 s lease would count one as failed.
+    const error = await engine.tryAcquire(resource, { ttl: 10_000 }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(LockBusyError);
     expect((error as LockBusyError).retryAfter).toBeGreaterThan(0);
     await lock.release();

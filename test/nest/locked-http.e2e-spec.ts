@@ -132,7 +132,9 @@ class OrdersController {
   }
 
   @Post(':id/long')
-  @Locked('order:<0>', { ttl: 200 })
+  // A lease that a stall of the test machine cannot outlast between two extensions (a 200 ms
+  // one was lost under load, and the test then waited for extensions that never came).
+  @Locked('order:<0>', { ttl: 1000 })
   async long(
     @Param('id', ParseIntPipe) id: number,
     @Query('gate') gate: string,
