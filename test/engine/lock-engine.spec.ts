@@ -124,7 +124,8 @@ describe.each([1, 3, 5])('on %i node(s)', (count) => {
 
   it('extends a lease, keeping the token, and refuses to extend a lost lock', async () => {
     const resource = unique('extend');
-    const lock = await engine.acquire(resource, { ttl: 300 });
+    // Long enough to survive a stall of a loaded machine before the extension; short of 4 s.
+    const lock = await engine.acquire(resource, { ttl: 2000 });
     const token = lock.token;
     await lock.extend(5000);
     expect(lock.remainingTime).toBeGreaterThan(4000);
@@ -213,7 +214,9 @@ describe('using() with automatic extension', () => {
         expect(lock.signal.aborted).toBe(false);
         await expect(rival.tryAcquire(resource)).rejects.toBeInstanceOf(LockBusyError);
       },
-      { ttl: 200 },
+      // A lease no stall of a loaded machine outlasts between two extensions: a lost one
+      // would leave the test waiting for extensions that never come.
+      { ttl: 1000 },
     );
     await (await rival.tryAcquire(resource)).release();
     await rival.close();

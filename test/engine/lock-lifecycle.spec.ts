@@ -50,7 +50,8 @@ async function keysOnNodes(resource: string): Promise<number> {
 
 describe('close(): a graceful shutdown', () => {
   it('waits for the routine in flight, extending its lease, then releases it on every node and closes', async () => {
-    const engine = await engineOn({ ttl: 300 });
+    // A lease no stall of a loaded machine outlasts between two extensions.
+    const engine = await engineOn({ ttl: 1000 });
     const resource = unique('in-flight');
     let extensions = 0;
     engine.on('extended', () => extensions++);

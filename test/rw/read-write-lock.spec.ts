@@ -110,8 +110,8 @@ describe('read-write locks', () => {
   it('extends each reader on its own: one reader renewed, the other lost', async () => {
     const name = unique('extend');
     const rw = readWriteLock(a, name);
-    const kept = await rw.acquire('read', { ttl: 400 });
-    const dropped = await rw.acquire('read', { ttl: 400 });
+    const kept = await rw.acquire('read', { ttl: 1000 });
+    const dropped = await rw.acquire('read', { ttl: 1000 });
     await dropped.release();
     await expect(dropped.extend()).rejects.toBeInstanceOf(LockLostError);
     await kept.extend(2000);
@@ -124,11 +124,13 @@ describe('read-write locks', () => {
     const result = await readWriteLock(a, name).using(
       'write',
       async (hold: ReadWriteHold) => {
-        await new Promise((resolve) => setTimeout(resolve, 400));
+        // Twice the lease, held by extensions alone; a lease no stall of a loaded machine
+        // outlasts between two of them.
+        await new Promise((resolve) => setTimeout(resolve, 2000));
         expect(hold.signal.aborted).toBe(false);
         return hold.token;
       },
-      { ttl: 200 },
+      { ttl: 1000 },
     );
     expect(typeof result).toBe('number');
     const w = await readWriteLock(b, name).tryAcquire('write');

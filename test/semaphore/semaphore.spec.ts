@@ -130,11 +130,13 @@ describe('semaphores', () => {
     const name = unique('using');
     const slot = await semaphore(a, name, 1).using(
       async (permit) => {
-        await new Promise((resolve) => setTimeout(resolve, 400));
+        // Twice the lease, held by extensions alone; a lease no stall of a loaded machine
+        // outlasts between two of them.
+        await new Promise((resolve) => setTimeout(resolve, 2000));
         expect(permit.signal.aborted).toBe(false);
         return permit.slot;
       },
-      { ttl: 200 },
+      { ttl: 1000 },
     );
     expect(slot).toBe(1);
     await (await semaphore(b, name, 1).tryAcquire()).release();
