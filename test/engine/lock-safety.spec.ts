@@ -73,10 +73,14 @@ describe('validity never exceeds what the commands that may have run allow', () 
     const lost = once(lock.signal, 'abort');
     proxies[1].set({ kind: 'delay', ms: 500 });
     proxies[2].set({ kind: 'delay', ms: 500 });
-    const extending = performance.now();
-    await expect(lock.extend(200)).rejects.toBeInstanceOf(LockUnavailableError);
+    const extension = lock.extend(200);
+    // extend() reads its start before it returns: the extension leaves no earlier than that. Read
+    // before the call, this moment would be early by whatever stall came in between, and a stall
+    // past the drift (4 ms) failed the test under load.
+    const sent = performance.now();
+    await expect(extension).rejects.toBeInstanceOf(LockUnavailableError);
     // The nodes now end the lease about 200 ms after the extension left; so must the lock.
-    expect(lock.validUntil).toBeLessThanOrEqual(extending + 200);
+    expect(lock.validUntil).toBeLessThanOrEqual(sent + 200);
     proxies.forEach((p) => p.set(PASS));
     const second = await other.acquire(resource, { waitTimeout: 2000 });
     // Whenever the second holder got it, the first no longer counted on its lease.
