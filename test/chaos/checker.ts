@@ -11,8 +11,11 @@
  * - `overlap`: the holding intervals (grant to release, cut at the lock's
  *   last known validity) never overlap. One exception, reported apart as
  *   expected: the nodes expire keys by their wall clocks, so a forward step
- *   of S ms on a majority of them while a lease runs shortens it by up to S
- *   ms, and the next holder may come that much early. Such an overlap is
+ *   of S ms while a lease runs shortens it by up to S ms on the nodes that
+ *   stepped, and the next holder may come that much early. A holder may hold
+ *   on a bare majority only (a grant returns once a quorum granted, and the
+ *   other nodes may have refused), so a step on 2q - n nodes (one of five,
+ *   one of three) can free a quorum for the next one. Such an overlap is
  *   what the documented assumption (time sync that slews, never steps)
  *   allows; it is expected only when the fenced stores show it covered (no
  *   store violation on that resource), and then so are the refusals of the
@@ -192,9 +195,18 @@ function clockSteps(input: CheckInput): ClockStep[] {
 }
 
 /**
+ * The nodes a clock step must strike to free a quorum for the next holder
+ * when the lease stood on a bare majority only: 2q - n (the others did not
+ * hold it, or refused).
+ */
+export function nodesToFreeQuorum(nodes: number): number {
+  return 2 * (Math.floor(nodes / 2) + 1) - nodes;
+}
+
+/**
  * By how much the clock steps that may have struck between `from` and `to`
- * can have shortened a lease on a majority of `nodes`: the majority's
- * smallest sum of forward steps, taken over the majority with the largest.
+ * can have shortened a lease held on a bare majority of `nodes`: the largest
+ * sum of forward steps that {@link nodesToFreeQuorum} of them all took.
  */
 function majorityStep(
   steps: readonly ClockStep[],
@@ -213,7 +225,7 @@ function majorityStep(
     }
   }
   perNode.sort((a, b) => b - a);
-  return perNode[Math.floor(nodes / 2)];
+  return perNode[nodesToFreeQuorum(nodes) - 1];
 }
 
 /** An overlap within what clock steps on a majority explain; expected only if fencing covered it. */
@@ -642,7 +654,7 @@ function judgeClockOverlaps(
   const expected: Violation[] = [];
   const olderHolders = new Map<string, ClockOverlap>();
   for (const o of overlaps) {
-    const step = `a forward clock step of ${o.step.toFixed(0)} ms on a majority of the nodes`;
+    const step = `a forward clock step of ${o.step.toFixed(0)} ms on enough nodes to free a quorum`;
     if (covered(o.report.resource)) {
       olderHolders.set(`${o.earlier.client}/${o.earlier.acquire}`, o);
       expected.push({
