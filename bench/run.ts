@@ -22,6 +22,7 @@ import { engineWarnings, versionOf } from './contenders/index.js';
 import { renderMarkdown, type RunSummary, type ScenarioRun } from './report/markdown-report.js';
 import { renderSvg } from './report/svg-chart.js';
 import { HEADLINES, renderTargets, type Headlines } from './report/targets.js';
+import { baselineScenario } from './scenarios/baseline.scenario.js';
 import { fencingScenario } from './scenarios/fencing.scenario.js';
 import { handoffScenario } from './scenarios/handoff.scenario.js';
 import { httpScenario } from './scenarios/http.scenario.js';
@@ -53,13 +54,23 @@ const SCENARIOS: readonly Scenario[] = [
 
 const here = dirname(fileURLToPath(import.meta.url));
 
-function select(requested: readonly string[] | undefined): Scenario[] {
-  if (!requested) return [...SCENARIOS];
+/** Scenario 8 runs only when asked for with --baseline: it compares us with ourselves. */
+function select(
+  requested: readonly string[] | undefined,
+  baseline: string | undefined,
+): Scenario[] {
+  const known = [...SCENARIOS, baselineScenario];
+  if (!requested) return baseline ? known : [...SCENARIOS];
   return requested.map((name) => {
-    const found = SCENARIOS.find((s) => s.id === name || String(s.number) === name);
+    const found = known.find((s) => s.id === name || String(s.number) === name);
     if (!found) {
       throw new Error(
-        `no scenario '${name}'; the scenarios are: ${SCENARIOS.map((s) => `${s.number} ${s.id}`).join(', ')}`,
+        `no scenario '${name}'; the scenarios are: ${known.map((s) => `${s.number} ${s.id}`).join(', ')}`,
+      );
+    }
+    if (found === baselineScenario && !baseline) {
+      throw new Error(
+        'scenario 8 compares our engine with an earlier commit of it: add --baseline <commit>',
       );
     }
     return found;
@@ -109,7 +120,7 @@ async function main(): Promise<number> {
   let scenarios: Scenario[];
   try {
     args = parseBenchArgs(process.argv.slice(2), join(here, 'results'));
-    scenarios = select(args.scenarios);
+    scenarios = select(args.scenarios, args.baseline);
   } catch (error) {
     console.error((error as Error).message);
     return 2;
@@ -122,7 +133,7 @@ async function main(): Promise<number> {
   const maxNodes = Math.max(...scenarios.flatMap((s) => args.nodes ?? s.defaultNodes));
 
   const nodes = await startRedisNodes(maxNodes, { appendonly: false });
-  const context = new BenchContext(nodes, timing, args.quick, args.nodes);
+  const context = new BenchContext(nodes, timing, args.quick, args.nodes, args.baseline);
   let stopping = false;
   const cleanUp = async () => {
     await context.closeAll();

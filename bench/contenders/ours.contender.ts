@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Lock, RetryOptions } from '../../lib/engine/index.js';
-import { compiledEngine } from '../support/compiled-engine.js';
+import { compiledEngine, type EngineModule } from '../support/compiled-engine.js';
 import {
   closeClients,
   openClients,
@@ -28,6 +28,8 @@ export interface OursVariant {
    * callers in different processes, as far as the engine can tell. Default 1.
    */
   readonly engines?: number;
+  /** Where the engine comes from; default: the working tree's lib/engine, compiled. */
+  readonly load?: () => Promise<EngineModule>;
 }
 
 /** Warnings from connect() (appendonly no, on purpose here) are kept, not printed. */
@@ -47,7 +49,9 @@ export function oursContender(variant: OursVariant): Contender {
     canWait: true,
     settings: variant.settings,
     async open(urls: readonly string[], { mode, ttl }: OpenOptions): Promise<ContenderSession> {
-      const { LockEngine } = (await compiledEngine()).engine;
+      const { LockEngine } = variant.load
+        ? await variant.load()
+        : (await compiledEngine()).engine;
       const clients: Redis[] = [];
       const engines: InstanceType<typeof LockEngine>[] = [];
       const close = async () => {

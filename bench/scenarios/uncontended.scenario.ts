@@ -60,10 +60,11 @@ export async function measureUncontended(
   context: BenchContext,
   contenders: readonly Contender[],
   count: number,
-  loop: { callers?: number; timed?: Timed; keyPrefix?: string } = {},
+  loop: { callers?: number; timed?: Timed; keyPrefix?: string; rounds?: number } = {},
 ): Promise<UncontendedRow[]> {
   const { callers = CONCURRENCY, timed = 'acquire', keyPrefix = 'u' } = loop;
-  const { warmupMs, measureMs, rounds } = context.timing;
+  const { warmupMs, measureMs } = context.timing;
+  const rounds = loop.rounds ?? context.timing.rounds;
   const runs = contenders.map((contender) => ({
     contender,
     rates: [] as number[],

@@ -10,6 +10,8 @@ export interface BenchArgs {
   readonly scenarios: readonly string[] | undefined;
   /** Where latest.md / latest.svg / latest.json go. */
   readonly out: string;
+  /** A commit to compare our engine with (scenario 8); undefined: no comparison. */
+  readonly baseline: string | undefined;
   readonly help: boolean;
 }
 
@@ -19,6 +21,8 @@ export const USAGE = `Usage: node --expose-gc --import tsx bench/run.ts [options
   --nodes 1,3,5           node counts (default: each scenario's own)
   --scenarios a,b         scenario ids or numbers (default: all), e.g. uncontended,2
   --out DIR               results folder (default: bench/results)
+  --baseline REF          also run scenario 8: our engine against its own lib/engine at
+                          commit REF (paired rounds), e.g. --baseline v0.1.0
   --help                  this text`;
 
 /** A command line `bench/run.ts` cannot run: the message says what to change. */
@@ -32,6 +36,7 @@ const OPTIONS = {
   nodes: { type: 'string' },
   scenarios: { type: 'string' },
   out: { type: 'string' },
+  baseline: { type: 'string' },
 } as const;
 
 function list(flag: string, value: string): string[] {
@@ -68,11 +73,13 @@ function optionValues(argv: readonly string[]) {
 export function parseBenchArgs(argv: readonly string[], defaultOut: string): BenchArgs {
   const values = optionValues(argv);
   if (values.out === '') throw new BenchArgsError('--out needs a folder');
+  if (values.baseline === '') throw new BenchArgsError('--baseline needs a commit, e.g. --baseline main');
   return {
     quick: values.quick ?? false,
     help: values.help ?? false,
     nodes: values.nodes === undefined ? undefined : nodeCounts(values.nodes),
     scenarios: values.scenarios === undefined ? undefined : list('--scenarios', values.scenarios),
     out: values.out ?? defaultOut,
+    baseline: values.baseline,
   };
 }

@@ -72,6 +72,8 @@ export class BenchContext {
     readonly timing: BenchTiming,
     readonly quick: boolean,
     private readonly nodeOverride: readonly number[] | undefined,
+    /** The commit scenario 8 compares our engine with (`--baseline`). */
+    readonly baseline?: string,
   ) {}
 
   /** Counts a child process's CPU in the run's accounts (call {@link childExiting} before it exits). */

@@ -7,17 +7,21 @@
  * the engine creates per lock cycle in a `__name()` call (about 1-2 µs of
  * CPU per cycle here), while the peers run their published JavaScript.
  */
+import { execFile } from 'node:child_process';
 import { once } from 'node:events';
+import { mkdir, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
 import { Worker } from 'node:worker_threads';
 
 export type EngineModule = typeof import('../../lib/engine/index.js');
 
 const here = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(here, '..', '..');
-const OUT = join(here, '..', 'results', 'tmp', 'engine');
+const TMP = join(here, '..', 'results', 'tmp');
+const OUT = join(TMP, 'engine');
 
 let loaded: Promise<{ engine: EngineModule; how: string }> | undefined;
 
@@ -47,15 +51,15 @@ for (const file of fs.readdirSync(workerData.source, { recursive: true })) {
 }
 `;
 
-async function compile(): Promise<void> {
+async function compile(source: string, out: string): Promise<void> {
   const worker = new Worker(COMPILER, {
     eval: true,
     execArgv: [],
     workerData: {
       typescript: createRequire(import.meta.url).resolve('typescript'),
       tsconfig: join(ROOT, 'tsconfig.build.json'),
-      source: join(ROOT, 'lib', 'engine'),
-      out: OUT,
+      source,
+      out,
     },
   });
   // once() rejects if the worker emits 'error' (an exception in the compiler script).
@@ -67,7 +71,7 @@ async function compile(): Promise<void> {
 export function compiledEngine(): Promise<{ engine: EngineModule; how: string }> {
   loaded ??= (async () => {
     try {
-      await compile();
+      await compile(join(ROOT, 'lib', 'engine'), OUT);
       const engine = (await import(pathToFileURL(join(OUT, 'index.js')).href)) as EngineModule;
       return {
         engine,
@@ -82,4 +86,55 @@ export function compiledEngine(): Promise<{ engine: EngineModule; how: string }>
     }
   })();
   return loaded;
+}
+
+const run = promisify(execFile);
+
+/** An earlier commit's engine, compiled as above, keyed by commit. */
+const earlier = new Map<string, Promise<{ engine: EngineModule; commit: string }>>();
+
+/**
+ * The engine as it was at `ref` (a commit, tag or branch of this repository):
+ * its lib/engine taken from git into bench/results/tmp/src-<commit>/ and
+ * compiled the same way, for paired rounds against the working tree's. Throws
+ * with what to change when `ref` names no commit or has no lib/engine.
+ */
+export function engineAt(ref: string): Promise<{ engine: EngineModule; commit: string }> {
+  let loading = earlier.get(ref);
+  if (!loading) {
+    loading = (async () => {
+      let commit: string;
+      try {
+        commit = (
+          await run('git', ['rev-parse', '--short=10', '--verify', `${ref}^{commit}`], {
+            cwd: ROOT,
+          })
+        ).stdout.trim();
+      } catch {
+        throw new Error(
+          `--baseline '${ref}' names no commit of this repository; give a commit, tag or branch (see git log)`,
+        );
+      }
+      const source = join(TMP, `src-${commit}`);
+      await rm(source, { recursive: true, force: true });
+      await mkdir(source, { recursive: true });
+      const archive = `${source}.tar`;
+      try {
+        await run('git', ['archive', '--format=tar', '-o', archive, commit, 'lib/engine'], {
+          cwd: ROOT,
+        });
+        await run('tar', ['-x', '-f', archive, '-C', source]);
+      } catch (error) {
+        throw new Error(
+          `commit ${commit} has no lib/engine to compare with (${(error as Error).message.trim()})`,
+        );
+      }
+      const out = join(TMP, `engine-${commit}`);
+      await compile(join(source, 'lib', 'engine'), out);
+      const engine = (await import(pathToFileURL(join(out, 'index.js')).href)) as EngineModule;
+      return { engine, commit };
+    })();
+    earlier.set(ref, loading);
+  }
+  return loading;
 }

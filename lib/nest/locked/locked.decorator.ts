@@ -143,7 +143,8 @@ function decorateLocked<KeyArgs extends unknown[]>(
             ? new Observable((subscriber) => subscriber.error(error))
             : Promise.reject(error);
         }
-        method.schedule ??= readSchedule(wrapper, where) ?? null;
+        // Read once: null (not scheduled) is kept too, where `??=` would read it on every call.
+        if (method.schedule === undefined) method.schedule = readSchedule(wrapper, where) ?? null;
         if (streams) return lockedStream(method, runtime, this, args);
         method.subscription ??= isSubscription(wrapper);
         return method.subscription
