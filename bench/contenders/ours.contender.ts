@@ -49,9 +49,7 @@ export function oursContender(variant: OursVariant): Contender {
     canWait: true,
     settings: variant.settings,
     async open(urls: readonly string[], { mode, ttl }: OpenOptions): Promise<ContenderSession> {
-      const { LockEngine } = variant.load
-        ? await variant.load()
-        : (await compiledEngine()).engine;
+      const { LockEngine } = variant.load ? await variant.load() : (await compiledEngine()).engine;
       const clients: Redis[] = [];
       const engines: InstanceType<typeof LockEngine>[] = [];
       const close = async () => {

@@ -1,4 +1,5 @@
 import { OURS, oursContender, type Contender } from '../contenders/index.js';
+import { HEADLINES, type Headlines } from '../report/targets.js';
 import type { BenchContext } from '../support/bench-context.js';
 import { engineAt } from '../support/compiled-engine.js';
 import { formatMs } from '../../dev/text.js';
@@ -90,6 +91,12 @@ export const baselineScenario: Scenario = {
         cells.push({ callers, nodes, now: a, then: b });
       }
     }
+    const headlines = (context.shared.get(HEADLINES) ?? {}) as Headlines;
+    headlines.baseline = cells.map((cell) => {
+      const { paired, low, high } = verdict(cell);
+      return { commit, callers: cell.callers, nodes: cell.nodes, paired, low, high };
+    });
+    context.shared.set(HEADLINES, headlines);
     return report(cells, commit);
   },
 };

@@ -124,6 +124,7 @@ export const handoffScenario: Scenario = {
       nodes: n,
       ours: figures(OURS.id, n),
       oursEngines: figures(OURS_ENGINE_PER_WORKER.id, n),
+      mutex: figures(IN_PROCESS_MUTEX.id, n),
       bestDefaults: bestDefaults.get(n),
       bestTuned: bestTuned.get(n),
     }));

@@ -1,3 +1,4 @@
+import { setTimeout } from 'node:timers/promises';
 import {
   OURS,
   OURS_NO_FENCING,
@@ -27,6 +28,10 @@ interface HeldRow {
   readonly redis: number;
   /** Keys added on the first node. */
   readonly keys: number;
+  /** used_memory over the baseline once every lock was released (all nodes). */
+  readonly redisAfter: number;
+  /** Keys left on the first node once every lock was released. */
+  readonly keysAfter: number;
   readonly error?: string;
 }
 
@@ -94,6 +99,8 @@ async function measureHeld(
           heap: heap1 - heap0,
           redis: redis1 - redis0,
           keys: keys1 - keys0,
+          redisAfter: await memoryAfterRelease(context, count, redis0, redis1 - redis0),
+          keysAfter: (await context.dbSize()) - keys0,
         };
         context.log(
           `  ${count} node(s)  ${contender.label.padEnd(34)} heap ${formatBytes(row.heap)}  redis ${formatBytes(row.redis)}  keys ${row.keys} per ${locks} held locks`,
@@ -110,8 +117,33 @@ async function measureHeld(
       heap: NaN,
       redis: NaN,
       keys: NaN,
+      redisAfter: NaN,
+      keysAfter: NaN,
       error: (error as Error).message,
     };
+  }
+}
+
+/** How long Redis gets to give back the memory of released locks. */
+const SETTLE_MS = 2000;
+
+/**
+ * used_memory over `baseline` once the locks are released: a server shrinks
+ * an emptied key table in its cron (10 times a second by default), so this
+ * reads again every 100 ms, up to {@link SETTLE_MS}, until the figure is
+ * within 5 % of what the locks took.
+ */
+async function memoryAfterRelease(
+  context: BenchContext,
+  count: number,
+  baseline: number,
+  held: number,
+): Promise<number> {
+  const until = performance.now() + SETTLE_MS;
+  for (;;) {
+    const after = (await context.redisUsedMemory(count)) - baseline;
+    if (after <= 0.05 * held || performance.now() >= until) return after;
+    await setTimeout(100);
   }
 }
 
@@ -203,19 +235,17 @@ export const memoryScenario: Scenario = {
         '× leanest peer',
         '× raw floor',
         'keys per node',
+        'Redis after release',
+        'keys left',
       ],
-      align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r'],
+      align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
       rows: held.map((row) => {
         if (row.error)
           return [
             String(row.nodes),
             row.contender.label,
             `failed: ${row.error}`,
-            '',
-            '',
-            '',
-            '',
-            '',
+            ...new Array<string>(7).fill(''),
           ];
         return [
           String(row.nodes),
@@ -235,13 +265,16 @@ export const memoryScenario: Scenario = {
             floorOf(row.nodes, (r) => r.redis),
           ),
           formatCount(row.keys),
+          `${row.redisAfter < 0 ? '−' : '+'}${formatBytes(Math.abs(row.redisAfter))}`,
+          formatCount(row.keysAfter),
         ];
       }),
       notes: [
         'The raw floor keeps only the random value string per lock (the caller keeps the key); its Redis figure is one bare `SET key value PX` key.',
         'Heap figures include the handle each library returns and whatever it retains for it (resource arrays, per-attempt statistics, lock objects); they are single measurements after a forced GC and vary by a few per cent.',
         'Peers with their defaults (plain clients; redis-semaphore keeps an auto-refresh timer per held lock).',
-        'With fencing on our engine also keeps one fence counter per resource (the `keys per node` column), which stays after the lock is released until its `fenceCounterTtl` (1 hour by default) runs out.',
+        `"Redis after release" and "keys left": used_memory (all nodes) and keys (first node) once every lock was released, against the baseline taken before they were acquired; used_memory is read again every 100 ms for up to ${SETTLE_MS / 1000} s until it is within 5 % of what the locks took, since a server shrinks an emptied key table in its cron.`,
+        "With fencing on, our engine keeps one fence counter per node for all resources (`fenceCounter: 'node'`, the default), made by the first grant on the node, before the baseline here; with `fenceCounter: 'resource'` (what a Redis Cluster node uses) each resource has a counter of its own, which stays after the release until its `fenceCounterTtl` (1 hour by default) runs out.",
       ],
     };
     const headlines = (context.shared.get(HEADLINES) ?? {}) as Headlines;
@@ -252,6 +285,8 @@ export const memoryScenario: Scenario = {
         locks,
         oursHeap: ours?.heap,
         oursRedis: ours?.redis,
+        oursRedisAfter: ours?.redisAfter,
+        oursKeysAfter: ours?.keysAfter,
         leanestPeerHeap: lowestPeer(n, (r) => r.heap),
         leanestPeerRedis: lowestPeer(n, (r) => r.redis),
       };
@@ -260,6 +295,7 @@ export const memoryScenario: Scenario = {
     const last = growth[growth.length - 1];
     headlines.growth = {
       cycles: last.cycles,
+      heapStart: first.heapUsed,
       heapDelta: last.heapUsed - first.heapUsed,
       nodes: growthNodes,
     };

@@ -73,7 +73,8 @@ function optionValues(argv: readonly string[]) {
 export function parseBenchArgs(argv: readonly string[], defaultOut: string): BenchArgs {
   const values = optionValues(argv);
   if (values.out === '') throw new BenchArgsError('--out needs a folder');
-  if (values.baseline === '') throw new BenchArgsError('--baseline needs a commit, e.g. --baseline main');
+  if (values.baseline === '')
+    throw new BenchArgsError('--baseline needs a commit, e.g. --baseline main');
   return {
     quick: values.quick ?? false,
     help: values.help ?? false,
