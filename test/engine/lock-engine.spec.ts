@@ -116,7 +116,10 @@ describe.each([1, 3, 5])('on %i node(s)', (count) => {
     // Releasing the expired lock reports it, it does not throw, and spares the new holder.
     const result = await lock.release();
     expect(result.released).toBe(false);
-    expect(result.nodesReleased).toBe(0);
+    // The next holder stands on a quorum, where this lock's keys are gone. A node outside it
+    // may still have had this lock's key (the nodes' copies expire a few ms apart, and the next
+    // grant needs only a quorum of them): the release deletes that one, never the holder's.
+    expect(result.nodesReleased).toBeLessThanOrEqual(count - engine.quorum);
     expect(next.isHeld).toBe(true);
     await expect(other.tryAcquire(resource)).rejects.toBeInstanceOf(LockBusyError);
     await next.release();
