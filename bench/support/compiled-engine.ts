@@ -39,7 +39,7 @@ const parsed = ts.getParsedCommandLineOfConfigFile(workerData.tsconfig, {}, {
   ...ts.sys,
   onUnRecoverableConfigFileDiagnostic: (d) => { throw new Error(ts.flattenDiagnosticMessageText(d.messageText, '\\n')); },
 });
-const compilerOptions = { ...parsed.options, module: ts.ModuleKind.ESNext, sourceMap: false, declaration: false, declarationMap: false };
+const compilerOptions = { ...parsed.options, module: ts.ModuleKind.ESNext, sourceMap: false, declaration: false, declarationMap: false, removeComments: true };
 fs.rmSync(workerData.out, { recursive: true, force: true });
 fs.mkdirSync(workerData.out, { recursive: true });
 for (const file of fs.readdirSync(workerData.source, { recursive: true })) {
@@ -131,6 +131,11 @@ export function engineAt(ref: string): Promise<{ engine: EngineModule; commit: s
       }
       const out = join(TMP, `engine-${commit}`);
       await compile(join(source, 'lib', 'engine'), out);
+      // Only the compiled engine is needed from here on.
+      await Promise.all([
+        rm(source, { recursive: true, force: true }),
+        rm(archive, { force: true }),
+      ]);
       const engine = (await import(pathToFileURL(join(out, 'index.js')).href)) as EngineModule;
       return { engine, commit };
     })();

@@ -84,6 +84,36 @@ export function reportReleased<R>(
   });
 }
 
+/** A refused attempt that will try again; `round` is counted as for {@link reportAcquired}. */
+export function reportContended<R>(
+  engine: Reporter,
+  call: Call,
+  attempt: number,
+  retryAfter: number | undefined,
+  round: R,
+  results: (round: R) => NodeResults,
+): void {
+  if (engine.listenerCount('contended') === 0) return;
+  engine.emit('contended', {
+    resources: call.resources,
+    attempt,
+    retryAfter,
+    nodes: results(round),
+  });
+}
+
+/** An extension a quorum renewed; `started`: when it began. */
+export function reportExtended<R>(
+  engine: Reporter,
+  lock: Lock,
+  started: number,
+  round: R,
+  results: (round: R) => NodeResults,
+): void {
+  if (engine.listenerCount('extended') === 0) return;
+  engine.emit('extended', { lock, duration: performance.now() - started, nodes: results(round) });
+}
+
 /** A lock was lost: its lease ran out, or another value took its keys. */
 export function reportLost(engine: Reporter, lock: Lock, error: LockLostError): void {
   if (engine.listenerCount('lost') === 0) return;

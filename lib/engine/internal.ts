@@ -29,7 +29,14 @@ export { retryDelay } from './retry-delay.js';
 export { callTimings, checkCallOptions, SINGLE_ATTEMPT } from './call-request.js';
 export { holdWhile, keepAlive } from './lease-renewal.js';
 // The events every engine reports about a call's outcome, the in-memory one too.
-export { reportAcquired, reportFailed, reportLost, reportReleased } from './event-reports.js';
+export {
+  reportAcquired,
+  reportContended,
+  reportExtended,
+  reportFailed,
+  reportLost,
+  reportReleased,
+} from './event-reports.js';
 // The read-write locks and semaphores of a name, read and judged for operators (the CLI).
 export {
   judgeReadWrite,

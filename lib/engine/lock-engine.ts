@@ -3,7 +3,14 @@ import { acquireWith, nodeResults } from './acquisition.js';
 import { callRequest, SINGLE_ATTEMPT } from './call-request.js';
 import { hideCredentials } from './credentials.js';
 import type { Asking, EngineContext } from './engine-context.js';
-import { reportAcquired, reportFailed, reportLost, reportReleased } from './event-reports.js';
+import {
+  reportAcquired,
+  reportContended,
+  reportExtended,
+  reportFailed,
+  reportLost,
+  reportReleased,
+} from './event-reports.js';
 import { HeldLocks } from './held-locks.js';
 import { Lock, type LockOwner, type ReleaseResult } from './lock.js';
 import type { LockEvents, NodeResults } from './lock-events.js';
@@ -154,23 +161,9 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       retryPolicy: (retry) => this.retryPolicy(retry),
       failed: (request, attempts, error, nodes) => this.failed(request, attempts, error, nodes),
       granted: (request, lock, attempts, round) => this.granted(request, lock, attempts, round),
-      contended: (request, attempt, retryAfter, round) => {
-        if (this.listenerCount('contended') === 0) return;
-        this.emit('contended', {
-          resources: request.resources,
-          attempt,
-          retryAfter,
-          nodes: nodeResults(round),
-        });
-      },
-      extended: (lock, started, round) => {
-        if (this.listenerCount('extended') === 0) return;
-        this.emit('extended', {
-          lock,
-          duration: performance.now() - started,
-          nodes: nodeResults(round),
-        });
-      },
+      contended: (request, attempt, retryAfter, round) =>
+        reportContended(this, request, attempt, retryAfter, round, nodeResults),
+      extended: (lock, started, round) => reportExtended(this, lock, started, round, nodeResults),
       released: (lock, result, started, round) => this.released(lock, result, started, round),
       lost: (lock, error) => this.lockLost(lock, error as LockLostError),
     };

@@ -10,6 +10,8 @@ import {
   resolveEngineOptions,
   holdWhile,
   reportAcquired,
+  reportContended,
+  reportExtended,
   reportFailed,
   reportLost,
   reportReleased,
@@ -56,6 +58,9 @@ import {
 import { MemoryReadWriteLock, MemorySemaphore, type LeaseHost } from './memory-leases.js';
 import { attemptLock, extendOnNodes, releaseOnNodes } from './memory-lock-rounds.js';
 import type { LockGrant, MemoryState } from './memory-state.js';
+
+/** Node results a refusal already carries. */
+const sameResults = (nodes: NodeResults): NodeResults => nodes;
 
 export type { ForeignHold } from './memory-hooks.js';
 export type { LockGrant } from './memory-state.js';
@@ -161,15 +166,8 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
     failed: (request, attempts, error, nodes) => this.failed(request, attempts, error, nodes),
     granted: (request, lock, attempts) =>
       reportAcquired(this, request, lock, attempts, this.state, grantResults),
-    contended: (request, attempt, refusal) => {
-      if (this.listenerCount('contended') === 0) return;
-      this.emit('contended', {
-        resources: request.resources,
-        attempt,
-        retryAfter: refusal.retryAfter,
-        nodes: refusal.nodes!,
-      });
-    },
+    contended: (request, attempt, refusal) =>
+      reportContended(this, request, attempt, refusal.retryAfter, refusal.nodes!, sameResults),
   };
 
   /** One attempt: the lock, or LockBusyError (with retryAfter) when someone else holds it. */
@@ -204,8 +202,8 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
     const round = extendOnNodes(this.state, lock, start, ttl);
     if (round.yes >= this.quorum) {
       lock.renewed(start + ttl - drift(this.options, ttl));
-      if (this.listenerCount('extended') > 0)
-        this.emit('extended', { lock, duration: 0, nodes: results(round) });
+      // No time passes on the in-memory nodes: the extension took none.
+      reportExtended(this, lock, performance.now(), round, results);
       return lock;
     }
     if (round.no > this.nodes.length - this.quorum) {
