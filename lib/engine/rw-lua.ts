@@ -2,19 +2,20 @@ import { createHash } from 'node:crypto';
 import type { LuaScript } from './lua-scripts.js';
 
 /**
- * Builds a script the way lua-scripts.ts does: returns at once when called
- * without keys, which is how each connection loads it before use (see
- * ALL_SCRIPTS). Its own copy: lua-scripts.ts lists these scripts in
- * ALL_SCRIPTS, so importing values from it here would be an import cycle.
+ * Builds a lock script. Every script returns at once when called without
+ * keys: that is how a connection loads it (EVAL caches a script, and needs
+ * no SCRIPT permission) before it serves any call, see ALL_SCRIPTS and
+ * LockNode. It lives here, not in lua-scripts.ts, because lua-scripts.ts
+ * lists this file's scripts in ALL_SCRIPTS: building them there would be an
+ * import cycle.
  */
-export function extraScript(name: string, body: string, prelude = ''): LuaScript {
+export function luaScript(name: string, body: string, prelude = ''): LuaScript {
   const source = 'if #KEYS == 0 then return 0 end\n' + prelude + body;
   return Object.freeze({
     name,
     source,
     sha: createHash('sha1').update(source).digest('hex'),
     body,
-    prelude,
   });
 }
 
@@ -150,7 +151,7 @@ local function mine(e) return e.field == ARGV[1] end
  * every later writer's token is above it. A resend finds its own entry and
  * gets the same token back.
  */
-export const RW_ACQUIRE = extraScript(
+export const RW_ACQUIRE = luaScript(
   'rw-acquire',
   `local value, mode, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local waiter, arrival, lease = ARGV[7] or '', tonumber(ARGV[8]), tonumber(ARGV[9]) or 0
@@ -207,10 +208,10 @@ return {1}`,
 );
 
 /** Second fencing round of a read or write grant (WRITEBACK_LUA). */
-export const RW_WRITEBACK = extraScript('rw-writeback', WRITEBACK_LUA, RW_PRELUDE);
+export const RW_WRITEBACK = luaScript('rw-writeback', WRITEBACK_LUA, RW_PRELUDE);
 
 /** Renew one holder's lease (EXTEND_LUA). */
-export const RW_EXTEND = extraScript('rw-extend', EXTEND_LUA, RW_PRELUDE);
+export const RW_EXTEND = luaScript('rw-extend', EXTEND_LUA, RW_PRELUDE);
 
 /**
  * Drop one holder's entry, then, when anyone waits in the line, tell the
@@ -221,7 +222,7 @@ export const RW_EXTEND = extraScript('rw-extend', EXTEND_LUA, RW_PRELUDE);
  * KEYS: holders hash, waiters' line. ARGV: value, notify '1' | 's' | '0',
  * sender. Returns 1 when our entry was there and is now deleted, else 0.
  */
-export const RW_RELEASE = extraScript(
+export const RW_RELEASE = luaScript(
   'rw-release',
   `local removed = redis.call('HDEL', KEYS[1], ARGV[1])
 if removed == 1 and ARGV[2] ~= '0' and redis.call('EXISTS', KEYS[2]) == 1 then

@@ -1,4 +1,4 @@
-import { EXTEND_LUA, extraScript, LEASE_LUA, LINE_PLACES, WRITEBACK_LUA } from './rw-lua.js';
+import { EXTEND_LUA, luaScript, LEASE_LUA, LINE_PLACES, WRITEBACK_LUA } from './rw-lua.js';
 
 /**
  * Lua shared by the semaphore scripts. A semaphore's permits are numbered
@@ -45,7 +45,7 @@ local function mine(e, slot) return e.tag == ARGV[1] and e.field == slot end
  * on every node whatever order concurrent waiters reach it in, so their
  * votes do not split.
  */
-export const SEM_ACQUIRE = extraScript(
+export const SEM_ACQUIRE = luaScript(
   'sem-acquire',
   `local value, n, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local hint = tonumber(ARGV[7])
@@ -121,10 +121,10 @@ return {1, slot}`,
 );
 
 /** Second fencing round of a permit (WRITEBACK_LUA; the slot is ARGV[4]). */
-export const SEM_WRITEBACK = extraScript('sem-writeback', WRITEBACK_LUA, SEM_PRELUDE);
+export const SEM_WRITEBACK = luaScript('sem-writeback', WRITEBACK_LUA, SEM_PRELUDE);
 
 /** Renew one permit's lease, only while it is live in its slot (EXTEND_LUA; the slot is ARGV[3]). */
-export const SEM_EXTEND = extraScript('sem-extend', EXTEND_LUA, SEM_PRELUDE);
+export const SEM_EXTEND = luaScript('sem-extend', EXTEND_LUA, SEM_PRELUDE);
 
 /**
  * Give back whatever slot the value holds here (the permit, or a slot a
@@ -135,7 +135,7 @@ export const SEM_EXTEND = extraScript('sem-extend', EXTEND_LUA, SEM_PRELUDE);
  * KEYS: holders hash, waiters' line. ARGV: value, notify '1' | 's' | '0',
  * sender. Returns 1 when a slot was ours and is now free, else 0.
  */
-export const SEM_RELEASE = extraScript(
+export const SEM_RELEASE = luaScript(
   'sem-release',
   `local entries, removed = redis.call('HGETALL', KEYS[1]), 0
 for i = 1, #entries, 2 do
