@@ -79,6 +79,8 @@ export class LockNode {
     /** True when the engine opened the client and must close it. */
     readonly owned: boolean,
     seeds?: readonly string[],
+    /** The engine's only node: a turn's first call leaves at once (see TurnBatch). */
+    alone = false,
   ) {
     if (isClusterClient(client)) {
       this.topology = 'cluster';
@@ -96,18 +98,20 @@ export class LockNode {
     client.on('error', (error: Error) => (this.lastError = error));
     client.on('ready', () => (this.lastError = undefined));
     this.scripts = new ScriptLoader(client, this.topology === 'cluster', () => this.servers());
-    this.batch = new TurnBatch(this.scripts.run);
+    this.batch = new TurnBatch(this.scripts.run, alone);
   }
 
-  static from(spec: LockNodeSpec): LockNode {
-    if (isRedisClient(spec)) return new LockNode(spec, false);
+  /** `alone`: the engine's only node (see TurnBatch). */
+  static from(spec: LockNodeSpec, alone = false): LockNode {
+    if (isRedisClient(spec)) return new LockNode(spec, false, undefined, alone);
     if (isClusterSpec(spec)) return LockNode.openCluster(spec);
-    if (typeof spec === 'string') return new LockNode(new Redis(spec, OWNED_CLIENT_DEFAULTS), true);
+    if (typeof spec === 'string')
+      return new LockNode(new Redis(spec, OWNED_CLIENT_DEFAULTS), true, undefined, alone);
     const options = spec as RedisOptions;
     const defaults = options.sentinels
       ? { ...OWNED_CLIENT_DEFAULTS, ...OWNED_SENTINEL_DEFAULTS }
       : OWNED_CLIENT_DEFAULTS;
-    return new LockNode(new Redis({ ...defaults, ...options }), true);
+    return new LockNode(new Redis({ ...defaults, ...options }), true, undefined, alone);
   }
 
   private static openCluster({ cluster, options = {} }: ClusterNodeSpec): LockNode {
@@ -220,7 +224,8 @@ export class LockNode {
    * caches it again). On a cluster, keys of several slots make one call per
    * slot, all or nothing (see cluster-scripts.ts). On a server, the calls
    * made in the same turn of the event loop leave together, in order: the
-   * lock scripts among them as one BATCH command (see {@link TurnBatch}).
+   * lock scripts among them as one BATCH command (the engine's only node
+   * sends the turn's first call at once; see {@link TurnBatch}).
    */
   run(
     script: LuaScript,

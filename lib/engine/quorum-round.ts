@@ -100,7 +100,7 @@ export function quorumRound<T>(
         },
       );
     }
-    // The nodes' commands leave at the end of this turn of the event loop (LockNode.run). The
+    // The nodes' commands leave by the end of this turn of the event loop (LockNode.run). The
     // clock starts once they have: armed now, a loop blocked past the timeout would fire the
     // timer before anything was sent, and the round would fail with every node healthy.
     setImmediate(() => {

@@ -1,6 +1,7 @@
 /**
  * Concurrent lock calls bound for the same node leave as one BATCH command
- * (lib/engine/lock-node.ts): checked on real redis-server processes through
+ * behind the turn's first call, which leaves at once (lib/engine/lock-node.ts,
+ * turn-batch.ts): checked on real redis-server processes through
  * the server's own command counts, with each caller still getting its own
  * reply, its own error and its place in the order of calls.
  */
@@ -49,10 +50,12 @@ describe('concurrent lock calls on one node', () => {
     await admin.config('RESETSTAT');
   });
 
-  it('reach the node as one command, and every caller gets its own lock and token', async () => {
+  it('reach the node as two commands, and every caller gets its own lock and token', async () => {
+    // The turn's first call leaves at once (the node starts on it while the client makes the
+    // rest), the other 19 together at the end of the turn.
     const resources = Array.from({ length: 20 }, () => unique('batch'));
     const locks = await Promise.all(resources.map((r) => engine.tryAcquire(r)));
-    expect(await scriptCalls(admin)).toBe(1);
+    expect(await scriptCalls(admin)).toBe(2);
     expect(locks.map((l) => l.resources[0])).toEqual(resources);
     expect(new Set(locks.map((l) => l.value)).size).toBe(20);
     for (const lock of locks) {
@@ -61,13 +64,14 @@ describe('concurrent lock calls on one node', () => {
     }
     await admin.config('RESETSTAT');
     await Promise.all(locks.map((l) => l.release()));
-    expect(await scriptCalls(admin)).toBe(1);
+    expect(await scriptCalls(admin)).toBe(2);
     for (const r of resources) expect(await admin.exists(`lock:{${r}}`)).toBe(0);
   });
 
   it('share a command when made in separate callbacks of one turn of the event loop', async () => {
     // As HTTP requests arriving together are: each handled in an I/O callback of its own. Here
-    // two immediates and a tick after each: four callbacks, one turn, one command.
+    // two immediates and a tick after each: four callbacks, one turn; the first call leaves at
+    // once, the three made after it in the same turn as one command.
     const resources = Array.from({ length: 4 }, () => unique('turn'));
     const calls: Promise<Lock>[] = [];
     await new Promise<void>((resolve) => {
@@ -84,7 +88,7 @@ describe('concurrent lock calls on one node', () => {
       });
     });
     const locks = await Promise.all(calls);
-    expect(await scriptCalls(admin)).toBe(1);
+    expect(await scriptCalls(admin)).toBe(2);
     expect(locks.map((l) => l.resources[0])).toEqual(resources);
     await Promise.all(locks.map((l) => l.release()));
   });
@@ -94,11 +98,12 @@ describe('concurrent lock calls on one node', () => {
     await admin.rpush(`lock:{${foreign}}`, 'not a lock');
     const resources = [unique('before'), foreign, unique('after')];
     const outcomes = await Promise.allSettled(resources.map((r) => engine.tryAcquire(r)));
-    // The failed caller cleans up after itself (a release, sent in the next turn): once a PING
-    // behind it on the engine's connection is answered, the node has run both.
+    // The first call alone, the other two together; then the failed caller cleans up after
+    // itself (a release, sent in a later turn): once a PING behind it on the engine's connection
+    // is answered, the node has run all three.
     await new Promise((resolve) => setImmediate(resolve));
     await engine.nodes[0].client.ping();
-    expect(await scriptCalls(admin)).toBe(2);
+    expect(await scriptCalls(admin)).toBe(3);
     expect(outcomes[0].status).toBe('fulfilled');
     expect(outcomes[2].status).toBe('fulfilled');
     expect(outcomes[1].status).toBe('rejected');
@@ -117,7 +122,7 @@ describe('concurrent lock calls on one node', () => {
     await admin.set('lock:fence', String(start));
     const resources = Array.from({ length: 8 }, () => unique('digits'));
     const locks = await Promise.all(resources.map((r) => engine.tryAcquire(r)));
-    expect(await scriptCalls(admin)).toBe(1);
+    expect(await scriptCalls(admin)).toBe(2);
     expect(locks.map((l) => l.token)).toEqual(resources.map((_, i) => start + i + 1));
     expect(await admin.get('lock:fence')).toBe(String(start + resources.length));
     await Promise.all(locks.map((l) => l.release()));
@@ -131,19 +136,34 @@ describe('concurrent lock calls on one node', () => {
     const second = engine.tryAcquire(resource);
     await released;
     const lock = await second;
-    expect(await scriptCalls(admin)).toBe(1);
+    // The release alone, then the acquire, on the same connection: the node runs them in order.
+    expect(await scriptCalls(admin)).toBe(2);
     expect(lock.token).toBeGreaterThan(first.token!);
     await lock.release();
   });
 
-  it('still work after the node forgot its scripts (SCRIPT FLUSH)', async () => {
+  it('still work after the node forgot its scripts (SCRIPT FLUSH), and never out of order', async () => {
     await admin.script('FLUSH');
     const resources = Array.from({ length: 5 }, () => unique('flushed'));
-    const locks = await Promise.all(resources.map((r) => engine.tryAcquire(r)));
-    expect(locks).toHaveLength(5);
-    // The BATCH by SHA, refused with NOSCRIPT; every script loaded again (an EVAL each); the
-    // BATCH by SHA once more, since no call had left after it.
-    expect(await scriptCalls(admin)).toBe(ALL_SCRIPTS.length + 2);
-    await Promise.all(locks.map((l) => l.release()));
+    const outcomes = await Promise.allSettled(resources.map((r) => engine.tryAcquire(r)));
+    // The first call by SHA, then the BATCH of the other four by SHA: both refused with
+    // NOSCRIPT (neither ran). Every script is loaded again (an EVAL each) and the BATCH, the last
+    // call to leave, is sent once more. The first call is not: the BATCH left after it, and a
+    // call re-sent late could run after a later one of the same key (a clean-up before its own
+    // acquisition). Its caller gets the error instead, and no lock; its attempt cleans up after
+    // itself (a release), which a PING behind it on the engine's connection waits for.
+    await new Promise((resolve) => setImmediate(resolve));
+    await engine.nodes[0].client.ping();
+    expect(await scriptCalls(admin)).toBe(2 + ALL_SCRIPTS.length + 1 + 1);
+    expect(outcomes.slice(1).map((o) => o.status)).toEqual(Array(4).fill('fulfilled'));
+    expect(outcomes[0].status).toBe('rejected');
+    const error = (outcomes[0] as PromiseRejectedResult).reason as Error;
+    expect(error).toBeInstanceOf(LockUnavailableError);
+    expect(error.message).toContain('NOSCRIPT');
+    expect(await admin.exists(`lock:{${resources[0]}}`)).toBe(0);
+    // The scripts are back: the refused caller's next try is granted.
+    const again = await engine.tryAcquire(resources[0]);
+    const locks = outcomes.slice(1).map((o) => (o as PromiseFulfilledResult<Lock>).value);
+    await Promise.all([again, ...locks].map((l) => l.release()));
   });
 });
