@@ -554,7 +554,12 @@ describe('chaos: extension and release', () => {
     expect(completions(stale, 'release').map((e) => [e.type, e.released])).toEqual([['ok', false]]);
     const after = await cluster.admin.inspect(resource);
     expect(after.holder).toBe(before.holder);
-    expect(after.nodes.map((n) => n.holder)).toEqual(before.nodes.map((n) => n.holder));
+    // Every node that granted the current holder still holds its lease. A node where the stale
+    // client's own lease had not yet run out when the holder won its quorum may lose that
+    // key to the stale release: deleting its own value is what a release is for.
+    const holds = (state: typeof before): boolean[] =>
+      state.nodes.map((node) => node.holder === before.holder);
+    expect(holds(after)).toEqual(holds(before));
     await holder.resume();
     expect((await second.done).acquired).toBe(true);
     expectNoViolations(await finish('release after expiry'));
