@@ -1,21 +1,12 @@
 /**
  * Child processes for the tests, the demo and the redis-server harness: a
- * TypeScript file run through tsx as a plain Node process, a kill that
- * reaches the child should its parent die, a wait for a SIGSTOP or SIGCONT
- * to take effect, and a registry of what to kill should this process exit.
- *
- * ```ts
- * const child = spawnTsx('test/support/contender.ts', { args: ['--nodes', urls] });
- * ```
+ * kill that reaches the child should its parent die, a wait for a SIGSTOP or
+ * SIGCONT to take effect, and a registry of what to kill should this process
+ * exit. TypeScript scripts run as children: scripts.ts.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants as fsConstants, readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
-import { fileURLToPath } from 'node:url';
 import { runInThisContext } from 'node:vm';
-
-/** The repository root: where tsx resolves from. */
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 export function isExecutable(path: string): boolean {
   try {
@@ -91,31 +82,4 @@ export async function waitForProcState(
     await new Promise((resolve) => setImmediate(resolve));
   }
   throw new Error(`${name} (pid ${pid}) did not change state after a signal`);
-}
-
-export interface TsxProcessOptions {
-  /** The script's arguments. */
-  readonly args?: readonly string[];
-  /** Set in the child's environment, over this process's. */
-  readonly env?: NodeJS.ProcessEnv;
-  /** Default: 'pipe'. stdout and stderr are always piped. */
-  readonly stdin?: 'pipe' | 'ignore';
-  /** Through {@link withParentDeathSignal}. Default: false. */
-  readonly dieWithParent?: boolean;
-}
-
-/**
- * Runs a TypeScript file through tsx as a plain Node process from the
- * repository root: this process's environment without NODE_OPTIONS, which
- * under Jest holds --experimental-vm-modules.
- */
-export function spawnTsx(script: string, options: TsxProcessOptions = {}): ChildProcess {
-  const { NODE_OPTIONS: _jest, ...env } = process.env;
-  const argv = [process.execPath, '--import', 'tsx', script, ...(options.args ?? [])];
-  const [command, ...args] = options.dieWithParent ? withParentDeathSignal(argv) : argv;
-  return spawn(command, args, {
-    cwd: ROOT,
-    env: { ...env, ...options.env },
-    stdio: [options.stdin ?? 'pipe', 'pipe', 'pipe'],
-  });
 }

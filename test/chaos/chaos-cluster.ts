@@ -9,7 +9,7 @@
  * and `finish()` hands the whole history to the checker together with what
  * the stores kept and what the nodes still hold.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { EventEmitter, once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -20,7 +20,8 @@ import { Redis } from 'ioredis';
 import { LockEngine } from '../../lib/engine/index.js';
 import { ACQUIRE, EXTEND, FENCE_WRITEBACK, RELEASE } from '../../lib/engine/lua-scripts.js';
 import { RedisNodeProcess, stopRedisNodes } from '../../dev/redis/redis-nodes.js';
-import { waitForProcState, withParentDeathSignal } from '../../dev/processes.js';
+import { waitForProcState } from '../../dev/processes.js';
+import { bundleScript, spawnScript } from '../../dev/scripts.js';
 import { engineReady } from '../support/engine-ready.js';
 import {
   check,
@@ -47,7 +48,6 @@ import {
 import { derivedSeed } from './seeded.js';
 import { RedisFencedStore, SqliteFencedStore } from './stores.js';
 
-const root = fileURLToPath(new URL('../..', import.meta.url));
 const clientScript = fileURLToPath(new URL('./chaos-client.ts', import.meta.url));
 
 /** The clients' lease unless told otherwise, in ms: short, so that faults outlast it. */
@@ -467,39 +467,37 @@ export class ChaosCluster extends EventEmitter {
   async startClient(options: ClientOptions): Promise<ChaosClient> {
     const id = `c${++this.clientCount}`;
     this.noteLease(options.ttl ?? DEFAULT_TTL);
-    // Not Jest's NODE_OPTIONS (--experimental-vm-modules): the client is a plain Node process.
-    const { NODE_OPTIONS: _jest, ...env } = process.env;
-    const [command, ...args] = withParentDeathSignal([
-      process.execPath,
-      '--import',
-      'tsx',
-      clientScript,
-      '--id',
-      id,
-      '--engine',
-      options.engine.entry,
-      '--nodes',
-      this.proxyUrls.join(','),
-      '--store',
-      this.store.url,
-      '--sqlite',
-      this.sqlitePath,
-      '--ttl',
-      String(options.ttl ?? DEFAULT_TTL),
-      '--wait-timeout',
-      String(options.waitTimeout ?? 2000),
-      '--node-timeout',
-      String(options.nodeTimeout ?? 100),
-      '--fence-ttl',
-      String(options.fenceCounterTtl ?? 0),
-      '--fence-counter',
-      options.fenceCounter ?? 'node',
-      '--seed',
-      String(derivedSeed(this.seed, id)),
-      '--clock-origin',
-      String(clockOrigin()),
-    ]);
-    const child = spawn(command, args, { cwd: root, env, stdio: ['pipe', 'pipe', 'pipe'] });
+    // A plain Node process (spawnScript leaves out Jest's NODE_OPTIONS); the engine it loads is
+    // bundled as its script is.
+    const child = spawnScript(clientScript, {
+      dieWithParent: true,
+      args: [
+        '--id',
+        id,
+        '--engine',
+        bundleScript(options.engine.entry),
+        '--nodes',
+        this.proxyUrls.join(','),
+        '--store',
+        this.store.url,
+        '--sqlite',
+        this.sqlitePath,
+        '--ttl',
+        String(options.ttl ?? DEFAULT_TTL),
+        '--wait-timeout',
+        String(options.waitTimeout ?? 2000),
+        '--node-timeout',
+        String(options.nodeTimeout ?? 100),
+        '--fence-ttl',
+        String(options.fenceCounterTtl ?? 0),
+        '--fence-counter',
+        options.fenceCounter ?? 'node',
+        '--seed',
+        String(derivedSeed(this.seed, id)),
+        '--clock-origin',
+        String(clockOrigin()),
+      ],
+    });
     const client = new ChaosClient(this, id, child);
     this.clients.push(client);
     await client.started();

@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { spawnTsx } from '../../dev/processes.js';
+import { spawnScript } from '../../dev/scripts.js';
 import type { ContenderMessage, GrantRecord } from '../support/contender.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 
@@ -35,7 +35,7 @@ class Contender {
   }
 
   static async start(nodes: readonly string[], resource: string, iterations: number) {
-    const child = spawnTsx(script, {
+    const child = spawnScript(script, {
       args: [
         '--nodes',
         nodes.join(','),

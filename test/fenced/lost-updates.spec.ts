@@ -9,7 +9,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import Database from 'better-sqlite3';
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -20,6 +20,7 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import { ignoreShutdownErrors, startPostgres, type PostgresServer } from '../support/postgres.js';
 import { waitForProcState } from '../../dev/processes.js';
+import { spawnScript } from '../../dev/scripts.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import {
   COUNTER_TABLES,
@@ -39,7 +40,6 @@ const WORK_MS = 40;
 /** Operations left to run undisturbed between two paused holders. */
 const OPS_BETWEEN = 8;
 
-const root = fileURLToPath(new URL('../..', import.meta.url));
 const script = fileURLToPath(new URL('./counter-worker.ts', import.meta.url));
 
 // Three lock nodes, and a fourth that holds the fenced Redis hash and is never faulted.
@@ -177,13 +177,8 @@ describe('a read-modify-write counter under paused holders and killed lock nodes
         });
       });
 
-    const { NODE_OPTIONS: _jestOnly, ...env } = process.env;
     for (let i = 0; i < WORKERS; i++) {
-      const child = spawn(process.execPath, ['--import', 'tsx', script, JSON.stringify(settings)], {
-        cwd: root,
-        env,
-        stdio: ['pipe', 'pipe', 'pipe'],
-      });
+      const child = spawnScript(script, { args: [JSON.stringify(settings)] });
       const worker = new Worker(`worker-${i + 1}`, child, onMessage);
       workers.push(worker);
     }

@@ -10,7 +10,7 @@ import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { spawnTsx } from '../../dev/processes.js';
+import { spawnScript } from '../../dev/scripts.js';
 import { LockEngine } from '../../lib/engine/index.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
@@ -48,7 +48,7 @@ class AppProcess {
   }
 
   static start(nodes: readonly string[], shutdownTimeout: number): AppProcess {
-    const child = spawnTsx(script, {
+    const child = spawnScript(script, {
       args: ['--nodes', nodes.join(','), '--shutdown-timeout', String(shutdownTimeout)],
       stdin: 'ignore',
     });

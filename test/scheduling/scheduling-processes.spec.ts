@@ -25,7 +25,8 @@ import { Redis } from 'ioredis';
 import { buildClockShim, shiftedClockEnv } from '../chaos/clock-shim.js';
 import { clockOrigin, now } from '../chaos/history.js';
 import { RedisFencedStore } from '../chaos/stores.js';
-import { spawnTsx, waitForProcState } from '../../dev/processes.js';
+import { waitForProcState } from '../../dev/processes.js';
+import { spawnScript } from '../../dev/scripts.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import type { AppMessage } from './scheduling-app.js';
 
@@ -129,7 +130,7 @@ const instances: Instance[] = [];
 
 function start(id: string, args: string[], shiftMs = 0): Instance {
   const clock = shiftMs === 0 ? {} : shiftedClockEnv(shim, join(dir, `clock-${id}`), shiftMs);
-  const child = spawnTsx(appScript, {
+  const child = spawnScript(appScript, {
     args: [
       '--id',
       id,
