@@ -71,15 +71,18 @@ export class LockNode {
   private lastError: Error | undefined;
   /** Runs the scripts by SHA, loaded on each connection before its first call. */
   private readonly scripts: ScriptLoader;
-  /** A server's calls of one turn, sent together (unused on a cluster: calls go by slot). */
-  private readonly batch: TurnBatch;
+  /**
+   * A server's calls of one turn, sent together; none for the engine's only
+   * node, whose calls leave at once (see TurnBatch), or a cluster, whose go by slot.
+   */
+  private readonly batch: TurnBatch | undefined;
 
   private constructor(
     readonly client: Redis | Cluster,
     /** True when the engine opened the client and must close it. */
     readonly owned: boolean,
     seeds?: readonly string[],
-    /** The engine's only node: a turn's first call leaves at once (see TurnBatch). */
+    /** The engine's only node: its calls leave at once, one command each (see TurnBatch). */
     alone = false,
   ) {
     if (isClusterClient(client)) {
@@ -98,7 +101,7 @@ export class LockNode {
     client.on('error', (error: Error) => (this.lastError = error));
     client.on('ready', () => (this.lastError = undefined));
     this.scripts = new ScriptLoader(client, this.topology === 'cluster', () => this.servers());
-    this.batch = new TurnBatch(this.scripts.run, alone);
+    this.batch = alone || this.topology === 'cluster' ? undefined : new TurnBatch(this.scripts.run);
   }
 
   /** `alone`: the engine's only node (see TurnBatch). */
@@ -222,10 +225,10 @@ export class LockNode {
   /**
    * Runs a script by SHA; after SCRIPT FLUSH or a restart, by source (which
    * caches it again). On a cluster, keys of several slots make one call per
-   * slot, all or nothing (see cluster-scripts.ts). On a server, the calls
-   * made in the same turn of the event loop leave together, in order: the
-   * lock scripts among them as one BATCH command (the engine's only node
-   * sends the turn's first call at once; see {@link TurnBatch}).
+   * slot, all or nothing (see cluster-scripts.ts). On a server of an engine
+   * of several nodes, the calls made in the same turn of the event loop leave
+   * together, in order: the lock scripts among them as one BATCH command; the
+   * engine's only node sends each call at once (see {@link TurnBatch}).
    */
   run(
     script: LuaScript,
@@ -236,7 +239,7 @@ export class LockNode {
       return Promise.reject(new Error(`not connected (${this.lastError.message})`));
     }
     if (this.topology === 'cluster') return runBySlot(script, keys, args, this.scripts.run);
-    return this.batch.run(script, keys, args);
+    return this.batch ? this.batch.run(script, keys, args) : this.scripts.run(script, keys, args);
   }
 
   async close(): Promise<void> {

@@ -31,14 +31,13 @@ const MAX_BATCH = 64;
  * out in the turn's check phase (setImmediate), right after the I/O callbacks
  * that made them, never a timer's delay later.
  *
- * With `firstAtOnce` (an engine of one node), the turn's first call leaves at
- * once and the rest at the turn's end: the node starts on it while the client
- * makes the others, instead of the two taking turns. In the bench's paired
- * rounds (scenario 8) 4 callers on one node made 1.3 to 1.4× the cycles/s
- * that way, and 32 callers 1.1 to 1.2× (a lone caller: within noise). With
- * several nodes every node would get two commands a turn instead of one, and
- * 4 callers on 3 nodes made 0.7× as many: there the whole turn leaves as one
- * command.
+ * Only an engine of several nodes batches (LockNode): there one command a
+ * turn per node keeps the nodes and the client from competing for the cores
+ * with a command per call (in the bench's paired rounds, sending every call
+ * at once made 4 callers on 3 nodes 0.68× as fast and 32 callers 0.54×). An
+ * engine of one node sends each call at once, as its peers do: there
+ * batching made the node and the client take turns (at once: 4 callers 1.13×,
+ * 32 callers 1.17×, faster in every round).
  */
 export class TurnBatch {
   /** Calls waiting for the end of the turn. */
@@ -46,13 +45,9 @@ export class TurnBatch {
   /** The end of this turn is scheduled: calls now wait for it. */
   private turnStarted = false;
 
-  constructor(
-    private readonly send: ScriptCall,
-    /** Send the turn's first call at once (see above). */
-    private readonly firstAtOnce: boolean,
-  ) {}
+  constructor(private readonly send: ScriptCall) {}
 
-  /** Queues a call for the end of this turn, or sends it now when it is the turn's first (see above). */
+  /** Queues a call for the end of this turn. */
   run(
     script: LuaScript,
     keys: readonly string[],
@@ -61,7 +56,6 @@ export class TurnBatch {
     if (!this.turnStarted) {
       this.turnStarted = true;
       setImmediate(this.flush);
-      if (this.firstAtOnce) return this.send(script, keys, args);
     }
     return new Promise((resolve, reject) => {
       this.pending.push({ script, keys, args, resolve, reject });
