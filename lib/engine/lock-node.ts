@@ -81,9 +81,13 @@ export class LockNode {
     readonly client: Redis | Cluster,
     /** True when the engine opened the client and must close it. */
     readonly owned: boolean,
+    /**
+     * A server of an engine of several nodes: its calls of one turn leave as
+     * one command (see TurnBatch). The engine's only node and a cluster send
+     * each call at once.
+     */
+    batched: boolean,
     seeds?: readonly string[],
-    /** The engine's only node: its calls leave at once, one command each (see TurnBatch). */
-    alone = false,
   ) {
     if (isClusterClient(client)) {
       this.topology = 'cluster';
@@ -101,20 +105,20 @@ export class LockNode {
     client.on('error', (error: Error) => (this.lastError = error));
     client.on('ready', () => (this.lastError = undefined));
     this.scripts = new ScriptLoader(client, this.topology === 'cluster', () => this.servers());
-    this.batch = alone || this.topology === 'cluster' ? undefined : new TurnBatch(this.scripts.run);
+    this.batch = batched ? new TurnBatch(this.scripts.run) : undefined;
   }
 
   /** `alone`: the engine's only node (see TurnBatch). */
   static from(spec: LockNodeSpec, alone = false): LockNode {
-    if (isRedisClient(spec)) return new LockNode(spec, false, undefined, alone);
+    if (isRedisClient(spec)) return new LockNode(spec, false, !alone);
     if (isClusterSpec(spec)) return LockNode.openCluster(spec);
     if (typeof spec === 'string')
-      return new LockNode(new Redis(spec, OWNED_CLIENT_DEFAULTS), true, undefined, alone);
+      return new LockNode(new Redis(spec, OWNED_CLIENT_DEFAULTS), true, !alone);
     const options = spec as RedisOptions;
     const defaults = options.sentinels
       ? { ...OWNED_CLIENT_DEFAULTS, ...OWNED_SENTINEL_DEFAULTS }
       : OWNED_CLIENT_DEFAULTS;
-    return new LockNode(new Redis({ ...defaults, ...options }), true, undefined, alone);
+    return new LockNode(new Redis({ ...defaults, ...options }), true, !alone);
   }
 
   private static openCluster({ cluster, options = {} }: ClusterNodeSpec): LockNode {
@@ -140,6 +144,7 @@ export class LockNode {
     return new LockNode(
       client,
       true,
+      false,
       seeds.map((s) => `${s.host}:${s.port}`),
     );
   }

@@ -42,8 +42,6 @@ const MAX_BATCH = 64;
 export class TurnBatch {
   /** Calls waiting for the end of the turn. */
   private pending: PendingCall[] = [];
-  /** The end of this turn is scheduled: calls now wait for it. */
-  private turnStarted = false;
 
   constructor(private readonly send: ScriptCall) {}
 
@@ -53,12 +51,10 @@ export class TurnBatch {
     keys: readonly string[],
     args: readonly (string | number)[],
   ): Promise<unknown> {
-    if (!this.turnStarted) {
-      this.turnStarted = true;
-      setImmediate(this.flush);
-    }
     return new Promise((resolve, reject) => {
-      this.pending.push({ script, keys, args, resolve, reject });
+      if (this.pending.push({ script, keys, args, resolve, reject }) === 1) {
+        setImmediate(this.flush);
+      }
     });
   }
 
@@ -72,7 +68,6 @@ export class TurnBatch {
   private readonly flush = (): void => {
     const calls = this.pending;
     this.pending = [];
-    this.turnStarted = false;
     let i = 0;
     while (i < calls.length) {
       let end = i;

@@ -46,10 +46,8 @@ beforeAll(() => {
 afterAll(() => {
   for (const admin of admins) admin.disconnect();
 });
-beforeEach(async () => {
-  await Promise.all(admins.map((admin) => admin.config('RESETSTAT')));
-});
 const resetStats = () => Promise.all(admins.map((admin) => admin.config('RESETSTAT')));
+beforeEach(resetStats);
 /** Every node alike: `n` script calls each. */
 const each = (n: number) => Array<number>(3).fill(n);
 
