@@ -28,14 +28,18 @@ async function nodeScriptCalls(admin: Redis): Promise<number> {
 }
 
 /**
- * The script calls each of the engine's nodes has run since the last CONFIG
- * RESETSTAT, once everything the engine sent so far has reached them: a PING
- * behind it on each of the engine's connections is answered first (a quorum
+ * Waits until everything the engine sent so far has reached its nodes: a
+ * PING behind it on each of the engine's connections is answered (a quorum
  * round settles before its last node answers).
  */
-async function scriptCalls(engine: LockEngine, admins: readonly Redis[]): Promise<number[]> {
+async function sent(engine: LockEngine): Promise<void> {
   await new Promise((resolve) => setImmediate(resolve));
   await Promise.all(engine.nodes.map((node) => node.client.ping()));
+}
+
+/** The script calls each of the engine's nodes has run since the last {@link resetStats}. */
+async function scriptCalls(engine: LockEngine, admins: readonly Redis[]): Promise<number[]> {
+  await sent(engine);
   return Promise.all(admins.slice(0, engine.nodes.length).map(nodeScriptCalls));
 }
 
@@ -46,8 +50,14 @@ beforeAll(() => {
 afterAll(() => {
   for (const admin of admins) admin.disconnect();
 });
-const resetStats = () => Promise.all(admins.map((admin) => admin.config('RESETSTAT')));
-beforeEach(resetStats);
+/**
+ * Zeroes every node's command counts once the engine's earlier commands have
+ * reached them (the last node of a test's releases may still be on its way).
+ */
+async function resetStats(engine: LockEngine): Promise<void> {
+  await sent(engine);
+  await Promise.all(admins.map((admin) => admin.config('RESETSTAT')));
+}
 /** Every node alike: `n` script calls each. */
 const each = (n: number) => Array<number>(3).fill(n);
 
@@ -69,6 +79,7 @@ describe('concurrent lock calls on an engine of 3 nodes', () => {
   afterAll(async () => {
     await engine.close();
   });
+  beforeEach(() => resetStats(engine));
 
   it('reach each node as one command, and every caller gets its own lock and token', async () => {
     const resources = Array.from({ length: 20 }, () => unique('batch'));
@@ -81,7 +92,7 @@ describe('concurrent lock calls on an engine of 3 nodes', () => {
         expect(await admin.get(`lock:{${lock.resources[0]}}`)).toBe(lock.value);
       expect(lock.token).toBeGreaterThan(0);
     }
-    await resetStats();
+    await resetStats(engine);
     await Promise.all(locks.map((l) => l.release()));
     expect(await scriptCalls(engine, admins)).toEqual(each(1));
     for (const r of resources)
@@ -149,8 +160,7 @@ describe('concurrent lock calls on an engine of 3 nodes', () => {
   it('run in the order they were made: a release followed by an acquire of the same key grants it', async () => {
     const resource = unique('order');
     const first = await engine.tryAcquire(resource);
-    await scriptCalls(engine, admins);
-    await resetStats();
+    await resetStats(engine);
     const released = first.release();
     const second = engine.tryAcquire(resource);
     await released;
@@ -188,6 +198,7 @@ describe('lock calls on an engine of one node', () => {
   afterAll(async () => {
     await engine.close();
   });
+  beforeEach(() => resetStats(engine));
 
   it('leave at once, each its own command, in the order they were made', async () => {
     const resources = Array.from({ length: 20 }, () => unique('alone'));
@@ -211,7 +222,7 @@ describe('lock calls on an engine of one node', () => {
     // the last is granted when its NOSCRIPT arrives before any of those releases left, as when
     // the replies come in one read, and refused too otherwise. Either way no call ran out of
     // order, and every refused caller's next try is granted.
-    await scriptCalls(engine, admins);
+    await sent(engine);
     expect(outcomes.slice(0, 4).map((o) => o.status)).toEqual(Array(4).fill('rejected'));
     const locks: Lock[] = [];
     for (const [i, outcome] of outcomes.entries()) {
