@@ -103,8 +103,11 @@ export function quorumRound<T>(
     // The nodes' commands leave by the end of this turn of the event loop (LockNode.run). The
     // clock starts once they have: armed now, a loop blocked past the timeout would fire the
     // timer before anything was sent, and the round would fail with every node healthy.
+    // When it fires, the verdict waits one more turn: a loop that was blocked past the timeout
+    // runs its timers before it reads the sockets, so replies already received would otherwise
+    // count as missing.
     setImmediate(() => {
-      if (!settled) timer = setTimeout(expire, timeoutMs);
+      if (!settled) timer = setTimeout(() => setImmediate(expire), timeoutMs);
     });
   });
 }

@@ -16,7 +16,12 @@ export interface BoundOptions {
 export function bounded<T>(work: Promise<T>, ms: number, options: BoundOptions = {}): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+    // The rejection waits one more turn of the loop: a loop blocked past `ms` runs its timers
+    // before it reads the sockets, and an answer already received must win.
+    timer = setTimeout(
+      () => setImmediate(() => reject(new Error(`no answer within ${ms} ms`))),
+      ms,
+    );
     if (options.unref) timer.unref();
   });
   return Promise.race([work, late]).finally(() => clearTimeout(timer));

@@ -100,6 +100,40 @@ describe('faults on real nodes', () => {
     }
   });
 
+  it('counts replies that came in while the event loop was blocked past the per-node timeout', async () => {
+    const small = new LockEngine({
+      nodes: redis.nodes.slice(0, 3).map((n) => n.url),
+      ttl: 2000,
+      nodeTimeout: 100,
+      logger: quietLogger(),
+    });
+    await small.connect();
+    const paused = redis.nodes.slice(0, 2);
+    await Promise.all(paused.map((n) => n.pause()));
+    try {
+      const attempt = small.tryAcquire(unique('blocked-loop'));
+      // 30 ms into the round (its timer is at 100 ms) the two nodes it needs wake up and answer
+      // at once, while this process is busy for 300 ms (outside the timers phase, as a request
+      // handler would be): the next turn of the loop finds the timer overdue before it reads the
+      // replies waiting in the sockets. The replies must win.
+      setTimeout(
+        () =>
+          setImmediate(() => {
+            for (const node of paused) process.kill(node.pid!, 'SIGCONT');
+            const until = performance.now() + 300;
+            while (performance.now() < until);
+          }),
+        30,
+      );
+      const lock = await attempt;
+      expect(lock.isHeld).toBe(true);
+      expect((await lock.release()).failures).toEqual([]);
+    } finally {
+      await Promise.all(paused.map((n) => n.resume()));
+      await small.close();
+    }
+  });
+
   it('calls a held lock busy, not unavailable, while a minority of nodes is down', async () => {
     const resource = unique('busy-minority');
     const lock = await engine.acquire(resource);
