@@ -8,6 +8,7 @@ import {
   UseInterceptors,
   type DynamicModule,
   type OnModuleDestroy,
+  type OnModuleInit,
 } from '@nestjs/common';
 import Database from 'better-sqlite3';
 import { rmSync } from 'node:fs';
@@ -22,6 +23,8 @@ import {
   type LockNodeSpec,
 } from '../../lib/index.js';
 import { sqliteFence, type SqliteFencedTable } from '../../lib/fenced/index.js';
+import type { ContenderSession } from '../contenders/contender.js';
+import { rawFloorContender } from '../contenders/raw-floor.contender.js';
 
 /** A small JSON answer, the same for both endpoints. */
 interface Item {
@@ -78,6 +81,40 @@ export class ItemStore implements OnModuleDestroy {
   }
 }
 
+const FLOOR_URLS = Symbol('FLOOR_URLS');
+
+/**
+ * The cheapest lock there is on Redis, and no library: the bench's raw floor
+ * (`SET key value NX PX` on every node, then a compare-and-delete script, each
+ * round done at a majority), on clients of its own to the same nodes. Whatever
+ * a lock library does costs at least this; the write under it is the most an
+ * endpoint that locks can keep of the unlocked write.
+ */
+@Injectable()
+export class FloorLock implements OnModuleInit, OnModuleDestroy {
+  private session: ContenderSession | undefined;
+
+  constructor(@Inject(FLOOR_URLS) private readonly urls: readonly string[]) {}
+
+  async onModuleInit(): Promise<void> {
+    this.session = await rawFloorContender(false).open(this.urls, { mode: 'try', ttl: 10_000 });
+  }
+
+  async using<T>(key: string, work: () => T): Promise<T> {
+    const session = this.session!;
+    const handle = await session.acquire(key);
+    try {
+      return work();
+    } finally {
+      await session.release(handle, key);
+    }
+  }
+
+  onModuleDestroy(): Promise<void> | undefined {
+    return this.session?.close();
+  }
+}
+
 /** An answer of the write endpoints: the item's count after this request. */
 interface Written extends Item {
   readonly hits: number;
@@ -88,7 +125,8 @@ interface Written extends Item {
  * small JSON answer, with `@Locked()` or without), `locked` and `by-hand`
  * (`@Locked()` against `LockService.using()` in the handler), and the writes
  * `write/plain` and `write/locked` (an SQLite write; the locked one fenced by
- * the lock's token). All are async so that the difference is the lock, not a
+ * the lock's token), and `write/floor` (the plain write under the raw floor's
+ * lock, no library: what any lock leaves of the write). All are async so that the difference is the lock, not a
  * Promise. With `ownInterceptor`, for
  * `contextInterceptor: false`, the locked handler applies the lock-context
  * interceptor itself, as docs/errors.md suggests for that set-up: the other
@@ -100,6 +138,7 @@ function itemsController(ownInterceptor: boolean) {
     constructor(
       @Inject(LockService) readonly locks: LockService,
       @Inject(ItemStore) readonly store: ItemStore,
+      @Inject(FloorLock) readonly floor: FloorLock,
     ) {}
 
     @Get('plain/:id')
@@ -130,6 +169,12 @@ function itemsController(ownInterceptor: boolean) {
     async writeLocked(@Param('id') id: string, @FencingToken() token?: number): Promise<Written> {
       return { id, ok: true, hits: this.store.fencedWrite(id, token!) };
     }
+
+    /** The plain write under the raw floor's lock: the bound for any lock on this endpoint. */
+    @Get('write/floor/:id')
+    async writeFloor(@Param('id') id: string): Promise<Written> {
+      return this.floor.using(`item:${id}`, () => ({ id, ok: true, hits: this.store.write(id) }));
+    }
   }
   return ItemsController;
 }
@@ -155,21 +200,23 @@ const logger = {
 @Module({})
 export class BenchAppModule {
   /**
-   * With `nodes`: RedisLockModule with its defaults (auto-extension, the
+   * With `urls` and `nodes` (the same nodes, as URLs and as the engine's
+   * specs): RedisLockModule with its defaults (auto-extension, the
    * lock-context interceptor on every handler unless `contextInterceptor` is
-   * false, fencing, release notifications). Without: no lock module at all,
-   * the unlocked baseline.
+   * false, fencing, release notifications), and the raw floor's lock on
+   * clients of its own. Without: no lock module at all, the unlocked baseline.
    */
   static register(
+    urls: readonly string[] | undefined,
     nodes: readonly LockNodeSpec[] | undefined,
     contextInterceptor = true,
   ): DynamicModule {
-    if (!nodes) return { module: BenchAppModule, controllers: [PlainOnlyController] };
+    if (!urls || !nodes) return { module: BenchAppModule, controllers: [PlainOnlyController] };
     return {
       module: BenchAppModule,
       imports: [RedisLockModule.forRoot({ nodes, logger, contextInterceptor })],
       controllers: [contextInterceptor ? ItemsController : OptOutItemsController],
-      providers: [ItemStore],
+      providers: [ItemStore, FloorLock, { provide: FLOOR_URLS, useValue: urls }],
     };
   }
 }

@@ -29,7 +29,11 @@ const nodes =
         return { host: hostname, port: Number(port), enableAutoPipelining: true };
       })
     : urls;
-const module = BenchAppModule.register(nodes, process.env.BENCH_HTTP_CONTEXT_INTERCEPTOR !== '0');
+const module = BenchAppModule.register(
+  urls,
+  nodes,
+  process.env.BENCH_HTTP_CONTEXT_INTERCEPTOR !== '0',
+);
 const options = { logger: ['error' as const, 'warn' as const] };
 
 const app: INestApplication =

@@ -97,6 +97,8 @@ export interface Headlines {
     writeLocked?: number;
     /** Median over rounds of writeLocked / writePlain. */
     pairedWrite?: number;
+    /** The unlocked write under the raw floor's lock (no library): the most any lock keeps. */
+    writeFloor?: number;
   }[];
   memory?: {
     nodes: number;
@@ -231,7 +233,7 @@ export function renderTargets(h: Headlines): string | undefined {
       `Fenced SQLite write under @Locked(), ${n}, ${r.platform}: requests/s × the unlocked write`,
       '≥ 0.85×',
       ok(write)
-        ? `${x(write)} (${formatRate(r.writeLocked!)} vs ${formatRate(r.writePlain!)} req/s${ok(r.pairedWrite) ? `; median of paired rounds ${x(r.pairedWrite)}` : ''})`
+        ? `${x(write)} (${formatRate(r.writeLocked!)} vs ${formatRate(r.writePlain!)} req/s${ok(r.pairedWrite) ? `; median of paired rounds ${x(r.pairedWrite)}` : ''}${ok(r.writeFloor) ? `; under the raw floor's lock, no library: ${x(r.writeFloor / r.writePlain!)}` : ''})`
         : '–',
       atLeast(write, 0.85),
     ]);

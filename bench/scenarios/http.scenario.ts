@@ -21,6 +21,7 @@ type Endpoint =
   | 'byHand'
   | 'writePlain'
   | 'writeLocked'
+  | 'writeFloor'
   | 'lockedApClients'
   | 'hot'
   | 'plainOptOut'
@@ -53,6 +54,11 @@ const ENDPOINTS: Record<
     label: 'GET /write/locked/:id (@Locked, fenced SQLite write)',
     app: 'lock',
     path: freshId('write/locked'),
+  },
+  writeFloor: {
+    label: 'GET /write/floor/:id (SQLite write under the raw floor lock, no library)',
+    app: 'lock',
+    path: freshId('write/floor'),
   },
   lockedApClients: {
     label: 'GET /locked/:id (@Locked), engine on auto-pipelining clients',
@@ -324,6 +330,7 @@ const MAIN_ENDPOINTS: readonly Endpoint[] = [
   'byHand',
   'writePlain',
   'writeLocked',
+  'writeFloor',
 ];
 
 export const httpScenario: Scenario = {
@@ -334,7 +341,7 @@ export const httpScenario: Scenario = {
     `A Nest app (bench/http/app.module.ts, compiled with tsc) in a Node.js process of its own, with RedisLockModule.forRoot({ nodes }) and its defaults ` +
     '(auto-extension, the lock-context interceptor on every handler, fencing, release notifications), ' +
     "serves `GET /plain/:id` and `GET /locked/:id` with `@Locked('item:<0>')`; both are async and return the same small JSON. " +
-    "`GET /by-hand/:id` does the same as the locked one with `LockService.using()` in the handler; `GET /write/plain/:id` and `GET /write/locked/:id` write a row of an SQLite file, the locked one fenced by the lock's token. " +
+    "`GET /by-hand/:id` does the same as the locked one with `LockService.using()` in the handler; `GET /write/plain/:id` and `GET /write/locked/:id` write a row of an SQLite file, the locked one fenced by the lock's token; `GET /write/floor/:id` does the plain write under the raw floor's lock (no library), the bound for any lock. " +
     `autocannon, in the bench process, keeps ${CONNECTIONS} keep-alive connections busy, with a new id on every request (no contention). ` +
     'The endpoints run in interleaved rounds; req/s is the best round. ' +
     'Besides: the locked endpoint of a second app process whose engine was given auto-pipelining clients, every request on one id (the lock is contended and requests queue for it; one run), and, on the first node count, both endpoints of an app with `contextInterceptor: false` (the interceptor applied to the locked handler only) and the unlocked endpoint of an app without RedisLockModule.',
@@ -390,6 +397,7 @@ export const httpScenario: Scenario = {
           find(n, platform, 'writeLocked')?.rates ?? [],
           find(n, platform, 'writePlain')?.rates ?? [],
         ),
+        writeFloor: find(n, platform, 'writeFloor')?.rate,
       })),
     );
     context.shared.set(HEADLINES, headlines);
@@ -445,8 +453,10 @@ export const httpScenario: Scenario = {
             ? '1.00×'
             : formatRatio(
                 r.rate,
-                (r.endpoint === 'writeLocked' ? find(r.nodes, r.platform, 'writePlain') : plain)
-                  ?.rate,
+                (r.endpoint === 'writeLocked' || r.endpoint === 'writeFloor'
+                  ? find(r.nodes, r.platform, 'writePlain')
+                  : plain
+                )?.rate,
               ),
           `${r.non2xx} / ${r.errors}`,
         ];
@@ -454,6 +464,7 @@ export const httpScenario: Scenario = {
       notes: [
         '"× unlocked endpoint": req/s over `GET /plain/:id` of the app with RedisLockModule on the same node count; for the fenced write, over `GET /write/plain/:id`, the same SQLite write without a lock (the target: ≥ 0.85×). `GET /by-hand/:id` does what `@Locked(\'item:<0>\')` does with `LockService.using()` in the handler (the target: `@Locked()` within 3 % of it).',
         'The write endpoints upsert a row of an SQLite file (WAL, synchronous NORMAL, as the sample keeps its shop) and add one to its count; the locked one does it as a lock holder must, through nestjs-redis-lock/fenced: a claim that registers the token on the row, then a write where the row still carries it.',
+        '`GET /write/floor/:id` is the plain write under the cheapest lock Redis allows, with no library: the raw floor of scenario 1 (`SET key value NX PX` on every node, then a compare-and-delete script, each round done at a majority; no token, no extension, no retry) on ioredis clients of its own to the same nodes. No lock library can do less per request, so its ratio bounds what any of them keeps of the unlocked write on this machine.',
         '"CPU µs/request": the app process (read from /proc, 10 ms ticks), the redis-servers (all nodes), and the bench process, which runs autocannon. On 2 cores the app, autocannon and the redis-servers share the machine, so req/s is bounded by all three; CPU per request is the steadier figure for what the lock costs the app.',
         'Latency: from autocannon’s per-response times (µs resolution), 2xx responses only, over all rounds.',
         'The `hot` row sends every request to one id: @Locked waits (default: wait up to 10 s), and the app’s waiters queue first come first served, so requests/s there is the rate at which one lock passes from request to request (two Redis round trips per hand-off).',
