@@ -9,6 +9,7 @@ import { fenceSeed, type CallRequest } from './call-request.js';
 import type { EngineContext } from './engine-context.js';
 import { Lock, type LockOwner } from './lock.js';
 import { leaseValue } from './lease-value.js';
+import type { LockNode } from './lock-node.js';
 import { ACQUIRE, FENCE_WRITEBACK, RELEASE } from './lua-scripts.js';
 import { quorumRound } from './quorum-round.js';
 import { settleTokens } from './token-settlement.js';
@@ -33,10 +34,11 @@ function uncounted(reply: AcquireReply, why: string): AcquireReply {
 /**
  * A fenced grant carries a token per resource. One found again after a resend
  * reads its counter back, and a counter deleted or evicted meanwhile gives
- * none: that node's grant then cannot vouch for a token, and does not count.
+ * none: that node's grant then cannot vouch for a token, and does not count
+ * (thrown: the round counts the node as failed).
  */
-function withTokens(reply: AcquireReply, count: number): AcquireReply {
-  if (!isGranted(reply)) return reply;
+function isGrantedWithTokens(reply: AcquireReply, count: number): boolean {
+  if (!isGranted(reply)) return false;
   for (let r = 1; r <= count; r++) {
     if (typeof reply[r] !== 'number') {
       throw new Error(
@@ -44,7 +46,7 @@ function withTokens(reply: AcquireReply, count: number): AcquireReply {
       );
     }
   }
-  return reply;
+  return true;
 }
 
 /** A refusing node's wait (ms until its holder's lease ends; -3: only the line is in the way). */
@@ -86,22 +88,14 @@ export class LockAttempts implements Acquirer<LockRequest> {
     const round = await quorumRound(
       context.nodes,
       (node, i) => {
-        const send = () => {
-          // A node that counts the tokens of all resources gets its counter after the lock keys.
-          const sent = node.run(
-            ACQUIRE,
-            context.countsForAll(node) ? request.acquireKeys : keys,
-            args,
-          ) as Promise<AcquireReply>;
-          const excluded = context.excluded(i);
-          if (excluded !== undefined) return sent.then((reply) => uncounted(reply, excluded));
-          return fencing ? sent.then((reply) => withTokens(reply, keys.length)) : sent;
-        };
         // Just reconnected: whether the node restarted is being read (one INFO round trip).
         const checking = context.pending(i);
-        return checking ? checking.then(send) : send();
+        return checking
+          ? checking.then(() => this.send(node, i, request, args))
+          : this.send(node, i, request, args);
       },
-      isGranted,
+      // The tokens are checked as each reply comes in, not in a step of its own per node.
+      fencing ? (reply) => isGrantedWithTokens(reply, keys.length) : isGranted,
       context.quorum,
       request.nodeTimeout,
     );
@@ -131,6 +125,24 @@ export class LockAttempts implements Acquirer<LockRequest> {
     const refusal = refusalOf(context, round, request, waitOf, again);
     if (refusal.busy && busyInLine) request.inLine = true;
     return refusal;
+  }
+
+  /** ACQUIRE on node `i`; a grant of a node whose grants do not count now fails that node's part. */
+  private send(
+    node: LockNode,
+    i: number,
+    request: LockRequest,
+    args: readonly (string | number)[],
+  ): Promise<AcquireReply> {
+    const { context } = this;
+    // A node that counts the tokens of all resources gets its counter after the lock keys.
+    const sent = node.run(
+      ACQUIRE,
+      context.countsForAll(node) ? request.acquireKeys : request.keys,
+      args,
+    ) as Promise<AcquireReply>;
+    const excluded = context.excluded(i);
+    return excluded === undefined ? sent : sent.then((reply) => uncounted(reply, excluded));
   }
 
   /** Leaves the lines on every node but those that granted (a grant took the waiter out there). */

@@ -22,6 +22,9 @@ export interface RoundResult<T> {
  * so a hung node costs at most that). Late replies are dropped; the callers
  * clean up after them by releasing on every node.
  *
+ * `isYes` may throw instead (a reply that must not count, say): the node
+ * then counts as failed, with that error, and its reply is not kept.
+ *
  * With `slotOf`, the yeses must also agree (a semaphore's nodes each grant a
  * permit slot): the quorum is of yeses for one slot, and the round also
  * settles once no slot can reach it, counting the nodes still pending.
@@ -29,7 +32,7 @@ export interface RoundResult<T> {
 export function quorumRound<T>(
   nodes: readonly LockNode[],
   send: (node: LockNode, index: number) => Promise<T>,
-  isYes: (reply: T) => boolean,
+  isYes: (reply: T, index: number) => boolean,
   quorum: number,
   timeoutMs: number,
   slotOf?: (reply: T) => unknown,
@@ -76,12 +79,24 @@ export function quorumRound<T>(
       }
       finish();
     };
+    const failed = (i: number, error: unknown) => {
+      result.errors[i] = error instanceof Error ? error : new Error(String(error));
+      result.failed++;
+      decided();
+    };
     for (let i = 0; i < count; i++) {
       send(nodes[i], i).then(
         (reply) => {
           if (settled) return;
+          let yes: boolean;
+          try {
+            yes = isYes(reply, i);
+          } catch (error) {
+            failed(i, error);
+            return;
+          }
           result.replies[i] = reply;
-          if (!isYes(reply)) result.no++;
+          if (!yes) result.no++;
           else if (!perSlot) best = ++result.yes;
           else {
             result.yes++;
@@ -93,10 +108,7 @@ export function quorumRound<T>(
           decided();
         },
         (error: unknown) => {
-          if (settled) return;
-          result.errors[i] = error instanceof Error ? error : new Error(String(error));
-          result.failed++;
-          decided();
+          if (!settled) failed(i, error);
         },
       );
     }
