@@ -26,9 +26,10 @@ export interface LeaseKeeper {
  * small margin before the lease does, so the holder learns of the loss
  * before anyone else can be granted the lock.
  *
- * Also arms the lock's own expiry timer (by reading its signal), so a lease
- * that runs out is reported even when this process was paused past it and no
- * extension got the chance to fail.
+ * Also arms the lock's own expiry timer (without creating its signal, which
+ * a holder that never reads it does not pay for), so a lease that runs out is
+ * reported even when this process was paused past it and no extension got
+ * the chance to fail.
  */
 export function renewLease(lock: Lock, extend: Extension, settings: RenewalSettings): () => void {
   const { ttl } = lock;
@@ -61,7 +62,7 @@ export function renewLease(lock: Lock, extend: Extension, settings: RenewalSetti
       }
     }
   };
-  void lock.signal;
+  lock.watchExpiry();
   schedule(lock.validUntil - performance.now() - ttl * threshold);
   return () => {
     stopped = true;

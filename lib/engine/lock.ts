@@ -59,6 +59,7 @@ type LockState = 'held' | 'released' | 'lost';
 export class Lock implements AsyncDisposable {
   private state: LockState = 'held';
   private controller: AbortController | undefined;
+  /** Set once the lease's end is watched (see watchExpiry): each renewal moves the timer. */
   private expiryTimer: NodeJS.Timeout | undefined;
   private releasing: Promise<ReleaseResult> | undefined;
   /** @internal Monotonic (performance.now) time of the grant. */
@@ -128,7 +129,7 @@ export class Lock implements AsyncDisposable {
       this.controller = new AbortController();
       if (this.state === 'lost')
         this.controller.abort(new LockLostError(this.resources, 'it had already been lost'));
-      else if (this.state === 'held') this.armExpiry();
+      else this.watchExpiry();
     }
     return this.controller.signal;
   }
@@ -151,7 +152,17 @@ export class Lock implements AsyncDisposable {
   /** @internal Called by the engine when an extension moved the validity. */
   renewed(validUntil: number): void {
     this.validity = validUntil;
-    if (this.controller && this.state === 'held') this.armExpiry();
+    if (this.expiryTimer !== undefined && this.state === 'held') this.armExpiry();
+  }
+
+  /**
+   * @internal Reports the lock lost (its signal, if read, aborts; the engine's
+   * `lost` event) once its validity runs out without an extension, even when
+   * this process was paused past it. Armed by reading {@link signal}, and by
+   * automatic extension, whose holder may never read the signal.
+   */
+  watchExpiry(): void {
+    if (this.state === 'held' && this.expiryTimer === undefined) this.armExpiry();
   }
 
   /** @internal Marks the lock lost and aborts its signal with the reason. */

@@ -197,6 +197,21 @@ describe('what an operator reads', () => {
     }
   });
 
+  it('reports a using() lock lost once its lease ran out while the process was stalled, though its routine never read the signal', async () => {
+    const engine = await engineOn({ ttl: 300 });
+    const lost: LockLostError[] = [];
+    engine.on('lost', ({ error }) => lost.push(error));
+    await engine.using(unique('stalled'), async () => {
+      // Stalled past the whole lease (no extension can run), then back to the event loop.
+      const until = performance.now() + 450;
+      while (performance.now() < until);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    });
+    // Reported by the lease's own timer as soon as the loop ran again, not only by the release.
+    expect(lost).toHaveLength(1);
+    expect(lost[0].message).toContain('its lease ran out before it was extended');
+  });
+
   it('tells using() callers what the final release found', async () => {
     const engine = await engineOn();
     const results: ReleaseResult[] = [];
