@@ -32,7 +32,7 @@ export interface RoundResult<T> {
 export function quorumRound<T>(
   nodes: readonly LockNode[],
   send: (node: LockNode, index: number) => Promise<T>,
-  isYes: (reply: T, index: number) => boolean,
+  isYes: (reply: T) => boolean,
   quorum: number,
   timeoutMs: number,
   slotOf?: (reply: T) => unknown,
@@ -90,7 +90,7 @@ export function quorumRound<T>(
           if (settled) return;
           let yes: boolean;
           try {
-            yes = isYes(reply, i);
+            yes = isYes(reply);
           } catch (error) {
             failed(i, error);
             return;
