@@ -59,6 +59,8 @@ type LockState = 'held' | 'released' | 'lost';
 export class Lock implements AsyncDisposable {
   private state: LockState = 'held';
   private controller: AbortController | undefined;
+  /** Why the lock was lost: the reason of a signal first read after that. */
+  private lostError: LockLostError | undefined;
   /** Set once the lease's end is watched (see watchExpiry): each renewal moves the timer. */
   private expiryTimer: NodeJS.Timeout | undefined;
   private releasing: Promise<ReleaseResult> | undefined;
@@ -127,8 +129,7 @@ export class Lock implements AsyncDisposable {
   get signal(): AbortSignal {
     if (!this.controller) {
       this.controller = new AbortController();
-      if (this.state === 'lost')
-        this.controller.abort(new LockLostError(this.resources, 'it had already been lost'));
+      if (this.lostError) this.controller.abort(this.lostError);
       else this.watchExpiry();
     }
     return this.controller.signal;
@@ -171,6 +172,7 @@ export class Lock implements AsyncDisposable {
     this.state = 'lost';
     this.halt();
     const error = new LockLostError(this.resources, reason);
+    this.lostError = error;
     this.controller?.abort(error);
     this.owner.lockLost(this, error);
   }

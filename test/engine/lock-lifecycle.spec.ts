@@ -197,19 +197,23 @@ describe('what an operator reads', () => {
     }
   });
 
-  it('reports a using() lock lost once its lease ran out while the process was stalled, though its routine never read the signal', async () => {
+  it('reports a using() lock lost once its lease ran out during a stall, before its routine read the signal, which then carries that reason', async () => {
     const engine = await engineOn({ ttl: 300 });
     const lost: LockLostError[] = [];
     engine.on('lost', ({ error }) => lost.push(error));
-    await engine.using(unique('stalled'), async () => {
+    const signal = await engine.using(unique('stalled'), async (lock) => {
       // Stalled past the whole lease (no extension can run), then back to the event loop.
       const until = performance.now() + 450;
       while (performance.now() < until);
       await new Promise((resolve) => setTimeout(resolve, 20));
+      return lock.signal;
     });
     // Reported by the lease's own timer as soon as the loop ran again, not only by the release.
     expect(lost).toHaveLength(1);
     expect(lost[0].message).toContain('its lease ran out before it was extended');
+    // A signal first read after the loss carries the same reason.
+    expect(signal.aborted).toBe(true);
+    expect(signal.reason).toBe(lost[0]);
   });
 
   it('tells using() callers what the final release found', async () => {
