@@ -1,5 +1,6 @@
 import type { LockNode } from './lock-node.js';
 import type { NodeFailure } from './lock-errors.js';
+import { answerTimeout } from './time-bound.js';
 
 /** What one parallel request to every node came back with. */
 export interface RoundResult<T> {
@@ -115,11 +116,8 @@ export function quorumRound<T>(
     // The nodes' commands leave by the end of this turn of the event loop (LockNode.run). The
     // clock starts once they have: armed now, a loop blocked past the timeout would fire the
     // timer before anything was sent, and the round would fail with every node healthy.
-    // When it fires, the verdict waits one more turn: a loop that was blocked past the timeout
-    // runs its timers before it reads the sockets, so replies already received would otherwise
-    // count as missing.
     setImmediate(() => {
-      if (!settled) timer = setTimeout(() => setImmediate(expire), timeoutMs);
+      if (!settled) timer = answerTimeout(expire, timeoutMs);
     });
   });
 }

@@ -8,6 +8,16 @@ export interface BoundOptions {
 }
 
 /**
+ * Calls `timedOut` once `ms` have passed, one turn of the event loop after the
+ * timer fires: a loop that was blocked past `ms` runs its timers before it
+ * reads the sockets, and an answer already received must win over the
+ * timeout. Cleared like any timer.
+ */
+export function answerTimeout(timedOut: () => void, ms: number): NodeJS.Timeout {
+  return setTimeout(() => setImmediate(timedOut), ms);
+}
+
+/**
  * `work`, or a rejection with `no answer within <ms> ms` once `ms` have
  * passed without it settling. The timer is cleared as soon as either side
  * wins. A node that never answers (a paused process, a black hole) costs at
@@ -16,12 +26,7 @@ export interface BoundOptions {
 export function bounded<T>(work: Promise<T>, ms: number, options: BoundOptions = {}): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => {
-    // The rejection waits one more turn of the loop: a loop blocked past `ms` runs its timers
-    // before it reads the sockets, and an answer already received must win.
-    timer = setTimeout(
-      () => setImmediate(() => reject(new Error(`no answer within ${ms} ms`))),
-      ms,
-    );
+    timer = answerTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
     if (options.unref) timer.unref();
   });
   return Promise.race([work, late]).finally(() => clearTimeout(timer));

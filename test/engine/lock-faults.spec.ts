@@ -71,14 +71,20 @@ describe('faults on real nodes', () => {
     await lock.release();
   });
 
-  it('does not stall on a paused (SIGSTOPped) node beyond the per-node timeout', async () => {
+  /** An engine of the first three nodes, with its own per-node timeout. */
+  async function threeNodeEngine(nodeTimeout: number): Promise<LockEngine> {
     const small = new LockEngine({
       nodes: redis.nodes.slice(0, 3).map((n) => n.url),
       ttl: 2000,
-      nodeTimeout: 500,
+      nodeTimeout,
       logger: quietLogger(),
     });
     await small.connect();
+    return small;
+  }
+
+  it('does not stall on a paused (SIGSTOPped) node beyond the per-node timeout', async () => {
+    const small = await threeNodeEngine(500);
     await redis.nodes[0].pause();
     try {
       let started = performance.now();
@@ -101,13 +107,7 @@ describe('faults on real nodes', () => {
   });
 
   it('counts replies that came in while the event loop was blocked past the per-node timeout', async () => {
-    const small = new LockEngine({
-      nodes: redis.nodes.slice(0, 3).map((n) => n.url),
-      ttl: 2000,
-      nodeTimeout: 100,
-      logger: quietLogger(),
-    });
-    await small.connect();
+    const small = await threeNodeEngine(100);
     const paused = redis.nodes.slice(0, 2);
     await Promise.all(paused.map((n) => n.pause()));
     try {
