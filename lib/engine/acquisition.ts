@@ -129,8 +129,10 @@ export async function acquireWith<R extends CallRequest>(
       if (attempt > request.retry.attempts || now >= deadline) {
         const nodes = nodeResults(outcome.round);
         if (!outcome.busy) throw context.failed(request, attempt, outcome.error(), nodes);
+        // A call that may wait gave up waiting, even when its wait ran out during the first
+        // attempt (a slow round): LockBusyError is the answer of a single attempt by design.
         const error =
-          attempt === 1
+          request.retry.attempts === 0
             ? new LockBusyError(request.resources, outcome.retryAfter, request.busyMessage)
             : new LockTimeoutError(request.resources, outcome.retryAfter, attempt, now - started);
         throw context.failed(request, attempt, error, nodes);

@@ -118,7 +118,7 @@ export async function acquireInMemory<R extends MemoryRequest>(
         if (!outcome.busy && outcome.error)
           throw acquirer.failed(request, attempt, outcome.error(), outcome.nodes);
         const error =
-          attempt === 1
+          request.retry.attempts === 0
             ? new LockBusyError(request.resources, outcome.retryAfter, acquirer.busyMessage)
             : new LockTimeoutError(
                 request.resources,

@@ -180,7 +180,7 @@ describe('lock events', () => {
     const held = await rival.acquire(resource);
     const recorder = record(engine, resource);
     const error = await engine
-      .acquire(resource, { waitTimeout: 150, retry: { delay: 20, maxDelay: 20 } })
+      .acquire(resource, { waitTimeout: 300, retry: { delay: 20, maxDelay: 20 } })
       .catch((e: unknown) => e);
     recorder.stop();
     await held.release();
@@ -194,7 +194,7 @@ describe('lock events', () => {
     expect(waited.acquired).toBe(false);
     expect(waited.attempts).toBe(failed.attempts);
     expect(failed.error).toBe(error);
-    expect(failed.waited).toBeGreaterThanOrEqual(150);
+    expect(failed.waited).toBeGreaterThanOrEqual(300);
   });
 
   it('reports a lock whose keys were taken over: acquired, lost, then released (not held)', async () => {

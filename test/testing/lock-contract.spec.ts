@@ -180,6 +180,28 @@ describe('the in-memory engine keeps the real engine’s contract', () => {
   );
 
   contract(
+    'a call that may wait throws LockTimeoutError even when its wait ran out on the first attempt',
+    async (subject) => {
+      const resource = fresh('no-wait');
+      const other = await subject.holdElsewhere(resource, 5_000);
+      try {
+        const waited = (await subject.engine
+          .acquire(resource, { waitTimeout: 0 })
+          .catch((e: unknown) => e)) as LockTimeoutError;
+        expect(waited).toBeInstanceOf(LockTimeoutError);
+        expect(waited.attempts).toBe(1);
+        expect(waited.message).toContain('Raise waitTimeout');
+        // A single attempt by design is refused as busy, not as a wait that ran out.
+        const single = await subject.engine.tryAcquire(resource).catch((e: unknown) => e);
+        expect(single).toBeInstanceOf(LockBusyError);
+        expect(single).not.toBeInstanceOf(LockTimeoutError);
+      } finally {
+        await other.release();
+      }
+    },
+  );
+
+  contract(
     'a waiter gets the lock when the holder releases it, with a higher token',
     async (subject) => {
       const resource = fresh('handoff');
@@ -260,11 +282,14 @@ describe('the in-memory engine keeps the real engine’s contract', () => {
       const result = await engine.using(
         resource,
         async (lock) => {
-          while (extended.length < 2) await once(engine, 'extended');
+          // A lease lost instead (a renewal late on a loaded machine) ends the wait and fails below.
+          const lost = once(lock.signal, 'abort');
+          while (extended.length < 2 && !lock.signal.aborted)
+            await Promise.race([once(engine, 'extended'), lost]);
           expect(lock.isHeld).toBe(true);
           return lock.token;
         },
-        { ttl: 100 },
+        { ttl: 300 },
       );
       expect(result).toBeGreaterThan(0);
       expect(await engine.inspect(resource)).toMatchObject({ held: false });
