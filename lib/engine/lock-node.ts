@@ -244,8 +244,35 @@ export class LockNode {
       return Promise.reject(new Error(`not connected (${this.lastError.message})`));
     }
     if (this.topology === 'cluster') return runBySlot(script, keys, args, this.scripts.run);
-    return this.batch ? this.batch.run(script, keys, args) : this.scripts.run(script, keys, args);
+    if (this.batch) return this.batch.run(script, keys, args);
+    this.coalesceWrites();
+    return this.scripts.run(script, keys, args);
   }
+
+  /** True while this turn's calls are held in the socket, to leave in one write (coalesceWrites). */
+  private corked = false;
+
+  /**
+   * The engine's only node sends each call at once, but the calls made in one
+   * run of the event loop's callbacks and promise jobs (callers woken by the
+   * same socket read, HTTP requests handled together) leave in one write:
+   * the socket is corked at the first and uncorked once those jobs are done
+   * (process.nextTick runs after the promise jobs queued before it). One
+   * system call instead of one per call, and the node reads them together.
+   */
+  private coalesceWrites(): void {
+    if (this.corked) return;
+    const { stream } = this.client as Redis;
+    if (!stream?.writable) return;
+    this.corked = true;
+    stream.cork();
+    process.nextTick(this.uncork, stream);
+  }
+
+  private readonly uncork = (stream: Redis['stream']): void => {
+    this.corked = false;
+    stream.uncork();
+  };
 
   async close(): Promise<void> {
     const { client } = this;

@@ -1,7 +1,8 @@
 /**
  * On an engine of several nodes, the lock calls of one turn of the event loop
  * leave for each node as one BATCH command (lib/engine/lock-node.ts,
- * turn-batch.ts); on an engine of one node, each leaves at once. Checked on
+ * turn-batch.ts); on an engine of one node, each leaves at once, those of one
+ * turn in one write to the socket. Checked on
  * real redis-server processes through the servers' own command counts, with
  * each caller still getting its own reply, its own error and its place in the
  * order of calls.
@@ -208,6 +209,35 @@ describe('lock calls on an engine of one node', () => {
     expect(locks.map((l) => l.token)).toEqual(
       [...locks.map((l) => l.token!)].sort((a, b) => a - b),
     );
+    await Promise.all(locks.map((l) => l.release()));
+  });
+
+  it('made in one turn, leave the client in one write to the socket', async () => {
+    // The engine's own connection, watched where Node hands it data to send: one call of its
+    // _write or _writev is one write (system call) to the node.
+    const stream = (engine.nodes[0]!.client as Redis).stream as unknown as Record<
+      '_write' | '_writev',
+      (...args: unknown[]) => unknown
+    >;
+    const writes: number[] = [];
+    const watch = (name: '_write' | '_writev') => {
+      const original = stream[name];
+      stream[name] = function (this: unknown, ...args: unknown[]) {
+        writes.push(name === '_writev' ? (args[0] as unknown[]).length : 1);
+        return original.apply(this, args);
+      };
+      return () => (stream[name] = original);
+    };
+    const restore = [watch('_write'), watch('_writev')];
+    let locks: Lock[];
+    try {
+      locks = await Promise.all(Array.from({ length: 10 }, () => engine.tryAcquire(unique('w'))));
+    } finally {
+      for (const undo of restore) undo();
+    }
+    // Ten script calls, each its own command, in one write.
+    expect(writes).toEqual([10]);
+    expect(await scriptCalls(engine, admins)).toEqual([10]);
     await Promise.all(locks.map((l) => l.release()));
   });
 
