@@ -59,6 +59,12 @@ const OWNED_CLUSTER_DEFAULTS: ClusterOptions = {
   },
 };
 
+/**
+ * The most calls of one run of callbacks that leave the one-node engine in
+ * one write (see LockNode.coalesceWrites).
+ */
+const CALLS_PER_WRITE = 4;
+
 /** One lock node as the engine sees it: a server, a Sentinel-managed master, or a whole Redis Cluster. */
 export class LockNode {
   /**
@@ -250,28 +256,43 @@ export class LockNode {
   }
 
   /** True while this turn's calls are held in the socket, to leave in one write (coalesceWrites). */
-  private corked = false;
+  /** Calls sent in this run of callbacks (coalesceWrites) and not yet written. */
+  private held = 0;
+  /** The connection held corked for them. */
+  private corked: Redis['stream'] | undefined;
 
   /**
    * The engine's only node sends each call at once, but the calls made in one
    * run of the event loop's callbacks and promise jobs (callers woken by the
-   * same socket read, HTTP requests handled together) leave in one write:
-   * the socket is corked at the first and uncorked once those jobs are done
-   * (process.nextTick runs after the promise jobs queued before it). One
-   * system call instead of one per call, and the node reads them together.
+   * same read of replies, HTTP requests handled together) leave in writes of
+   * up to {@link CALLS_PER_WRITE}: the socket is corked at the first, written
+   * at every fourth, and uncorked once those jobs are done (process.nextTick
+   * runs after the promise jobs queued before it). A system call per four
+   * calls instead of one each, while the node already works on the first
+   * four as the client builds the next: in the bench's paired rounds against
+   * a call per write, 4 callers 1.08 to 1.11× and 32 callers 1.62× as fast,
+   * faster in every round; one write for all 32 made the node and the client
+   * take turns (32 callers 0.99 to 1.38×, within noise).
    */
   private coalesceWrites(): void {
+    if (++this.held === 1) process.nextTick(this.endOfRun);
+    else if (this.held > CALLS_PER_WRITE && this.corked) {
+      this.corked.uncork();
+      this.corked = undefined;
+      this.held = 1;
+    }
     if (this.corked) return;
     const { stream } = this.client as Redis;
     if (!stream?.writable) return;
-    this.corked = true;
+    this.corked = stream;
     stream.cork();
-    process.nextTick(this.uncork, stream);
   }
 
-  private readonly uncork = (stream: Redis['stream']): void => {
-    this.corked = false;
-    stream.uncork();
+  private readonly endOfRun = (): void => {
+    this.held = 0;
+    const stream = this.corked;
+    this.corked = undefined;
+    stream?.uncork();
   };
 
   async close(): Promise<void> {

@@ -36,7 +36,7 @@ const MAX_BATCH = 64;
  * with a command per call (in the bench's paired rounds, sending every call
  * at once made 4 callers on 3 nodes 0.68× as fast and 32 callers 0.54×). An
  * engine of one node sends each call at once, as its peers do (those made
- * together in one write, LockNode.coalesceWrites): there
+ * together in writes of four, LockNode.coalesceWrites): there
  * batching made the node and the client take turns (at once: 4 callers 1.13×,
  * 32 callers 1.17×, faster in every round). Sending only each turn's first
  * call at once on several nodes helps a lone caller within noise and made 4
