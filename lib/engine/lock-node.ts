@@ -4,7 +4,7 @@ import { runBySlot } from './cluster-scripts.js';
 import type { LuaScript } from './lua-scripts.js';
 import { ScriptLoader } from './script-loader.js';
 import { bounded } from './time-bound.js';
-import { TurnBatch } from './turn-batch.js';
+import { RunWrites, TurnBatch } from './turn-batch.js';
 import { type ClusterNodeSpec, type LockNodeSpec } from './lock-options.js';
 import { isClusterClient, isClusterSpec, isRedisClient } from './node-specs.js';
 
@@ -59,12 +59,6 @@ const OWNED_CLUSTER_DEFAULTS: ClusterOptions = {
   },
 };
 
-/**
- * The most calls of one run of callbacks that leave the one-node engine in
- * one write (see LockNode.coalesceWrites).
- */
-const CALLS_PER_WRITE = 4;
-
 /** One lock node as the engine sees it: a server, a Sentinel-managed master, or a whole Redis Cluster. */
 export class LockNode {
   /**
@@ -82,6 +76,8 @@ export class LockNode {
    * node, whose calls leave at once (see TurnBatch), or a cluster, whose go by slot.
    */
   private readonly batch: TurnBatch | undefined;
+  /** The engine's only server: its calls made together leave a few to a write (see RunWrites). */
+  private readonly writes: RunWrites | undefined;
 
   private constructor(
     readonly client: Redis | Cluster,
@@ -112,6 +108,10 @@ export class LockNode {
     client.on('ready', () => (this.lastError = undefined));
     this.scripts = new ScriptLoader(client, this.topology === 'cluster', () => this.servers());
     this.batch = batched ? new TurnBatch(this.scripts.run) : undefined;
+    this.writes =
+      batched || this.topology === 'cluster'
+        ? undefined
+        : new RunWrites(() => (client as Redis).stream);
   }
 
   /** `alone`: the engine's only node (see TurnBatch). */
@@ -239,7 +239,8 @@ export class LockNode {
    * slot, all or nothing (see cluster-scripts.ts). On a server of an engine
    * of several nodes, the calls made in the same turn of the event loop leave
    * together, in order: the lock scripts among them as one BATCH command; the
-   * engine's only node sends each call at once (see {@link TurnBatch}).
+   * engine's only node sends each call at once, those made together a few to
+   * a write (see {@link TurnBatch} and {@link RunWrites}).
    */
   run(
     script: LuaScript,
@@ -251,49 +252,9 @@ export class LockNode {
     }
     if (this.topology === 'cluster') return runBySlot(script, keys, args, this.scripts.run);
     if (this.batch) return this.batch.run(script, keys, args);
-    this.coalesceWrites();
+    this.writes?.hold();
     return this.scripts.run(script, keys, args);
   }
-
-  /** True while this turn's calls are held in the socket, to leave in one write (coalesceWrites). */
-  /** Calls sent in this run of callbacks (coalesceWrites) and not yet written. */
-  private held = 0;
-  /** The connection held corked for them. */
-  private corked: Redis['stream'] | undefined;
-
-  /**
-   * The engine's only node sends each call at once, but the calls made in one
-   * run of the event loop's callbacks and promise jobs (callers woken by the
-   * same read of replies, HTTP requests handled together) leave in writes of
-   * up to {@link CALLS_PER_WRITE}: the socket is corked at the first, written
-   * at every fourth, and uncorked once those jobs are done (process.nextTick
-   * runs after the promise jobs queued before it). A system call per four
-   * calls instead of one each, while the node already works on the first
-   * four as the client builds the next: in the bench's paired rounds against
-   * a call per write, 4 callers 1.08 to 1.11× and 32 callers 1.62× as fast,
-   * faster in every round; one write for all 32 made the node and the client
-   * take turns (32 callers 0.99 to 1.38×, within noise).
-   */
-  private coalesceWrites(): void {
-    if (++this.held === 1) process.nextTick(this.endOfRun);
-    else if (this.held > CALLS_PER_WRITE && this.corked) {
-      this.corked.uncork();
-      this.corked = undefined;
-      this.held = 1;
-    }
-    if (this.corked) return;
-    const { stream } = this.client as Redis;
-    if (!stream?.writable) return;
-    this.corked = stream;
-    stream.cork();
-  }
-
-  private readonly endOfRun = (): void => {
-    this.held = 0;
-    const stream = this.corked;
-    this.corked = undefined;
-    stream?.uncork();
-  };
 
   async close(): Promise<void> {
     const { client } = this;
