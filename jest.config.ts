@@ -1,3 +1,8 @@
+/**
+ * @jest-config-loader-options {"transpileOnly": true, "compilerOptions": {"module": "CommonJS", "moduleResolution": "Node10"}}
+ */
+// Jest reads this file through ts-node; transpiled only (`npm run typecheck` checks it), which
+// takes every `jest` run 0.3 s to start instead of 3 s of type-checking.
 import { availableParallelism } from 'node:os';
 import { createDefaultEsmPreset, type JestConfigWithTsJest } from 'ts-jest';
 
