@@ -82,8 +82,10 @@ describe('chaos: paused clients', () => {
     // A lease long enough that the client surely reaches its pause point while it holds the lock.
     const first = stale.section({ resource, ttl: LONG_TTL, pauseAt: 'before-write' });
     await first.stopped;
-    // The next holder waits out the paused one's lease, then reads and writes.
-    const second = await next.section({ resource }).done;
+    // The next holder waits out the paused one's lease, then reads and writes: under a lease no
+    // stall outlasts, since a holder that finds its lock gone before writing writes nothing, and
+    // then nothing would be there to refuse the paused one's writes.
+    const second = await next.section({ resource, ttl: LONG_TTL }).done;
     await stale.resume();
     const late = await first.done;
 
@@ -185,8 +187,9 @@ describe('chaos: paused read-write and permit holders', () => {
       pauseAt: 'before-write',
     });
     await first.stopped;
-    // The next writer waits out the paused one's lease, then writes.
-    const second = await next.section({ resource, kind: 'write' }).done;
+    // The next writer waits out the paused one's lease, then writes (a lease no stall outlasts,
+    // as for the paused holder above).
+    const second = await next.section({ resource, kind: 'write', ttl: LONG_TTL }).done;
     await stale.resume();
     const late = await first.done;
 
@@ -246,7 +249,9 @@ describe('chaos: paused read-write and permit holders', () => {
       holdMs: 2500,
     });
     await holding;
-    const third = await other.section({ resource, kind: 'permit', permits }).done;
+    // It writes under a lease no stall outlasts, as the paused holder's next one does above: a
+    // lost permit would write nothing, and the paused holder's writes would find nothing newer.
+    const third = await other.section({ resource, kind: 'permit', permits, ttl: LONG_TTL }).done;
     await stale.resume();
     const late = await first.done;
     const extended = await kept.done;
