@@ -233,6 +233,53 @@ describe('chaos checker', () => {
     expect(kinds(valid, { stores: [store([], [])] })).toEqual({ 'valid-holder-rejected': 1 });
   });
 
+  it('judges a clock step by the older lease, the lower token, also when its holder learned of its grant last', () => {
+    // c1 asks at 0 and the nodes grant it token 1 at about 5 (valid until 300 on c1's clock),
+    // but its reply comes late. The nodes' clocks step 200 ms forward at 120 and drop its keys;
+    // c2 asks at 205, is granted token 2 at 210, writes and releases at 230. c1 then writes, on
+    // its clock still valid, and is refused. A chaos run met this under load.
+    const history = (learned: number) => {
+      const h = new History();
+      const late = h.op('c1', 'acquire', 'r', 0, learned, 'ok', {}, { token: 1, validUntil: 300 });
+      h.op('c1', 'release', 'r', 280, 281, 'ok', { lock: late });
+      const b = h.hold('c2', 'r', 2, 210, 230);
+      h.write('c2', b, 2, 215, 'ok', { validAtEnd: true });
+      h.write('c1', late, 1, 260, 'fail', { error: 'rejected', validAtEnd: true });
+      return h;
+    };
+    const fenced = store([['r', 2, 'c2:2']], [['r', 2, 'c2:2']]);
+    const step = (ms: number, at = 120): FaultEvent[] =>
+      [0, 1, 2, 3, 4].map((i) => ({
+        kind: 'clock-step',
+        target: `node${i}`,
+        start: at,
+        end: at,
+        stepMs: ms,
+      }));
+    // Learned at 220, while c2 held it: an overlap; learned at 250, after c2's release: none,
+    // but c1's write meets c2's higher token all the same.
+    const overlapping = history(220);
+    const after = history(250);
+
+    const both = check({ events: overlapping.events, stores: [fenced], faults: step(200) });
+    expect(both.violations).toEqual([]);
+    expect(both.expected.map((e) => e.kind)).toEqual(['overlap', 'valid-holder-rejected']);
+    const refused = check({ events: after.events, stores: [fenced], faults: step(200) });
+    expect(refused.violations).toEqual([]);
+    expect(refused.expected.map((e) => e.message)).toEqual([
+      expect.stringMatching(/refused while its lock was still valid: .* cut short \(c2#\d+ was/),
+    ]);
+    // Without a step, with one shorter than c1's lease had left (280 - 210 ms), or with one
+    // before c1 asked, c2 was granted while c1's lease stood: a broken lock.
+    for (const faults of [[], step(60), step(200, -10)]) {
+      expect(kinds(overlapping, { stores: [fenced], faults })).toEqual({
+        overlap: 1,
+        'valid-holder-rejected': 1,
+      });
+      expect(kinds(after, { stores: [fenced], faults })).toEqual({ 'valid-holder-rejected': 1 });
+    }
+  });
+
   it('takes an overlap no longer than a forward clock step on enough nodes to free a quorum as expected, but only where the fenced stores show it covered', () => {
     // c1 is granted at 100 (valid until 400) and stops before it writes; the nodes' clocks step
     // 200 ms forward at 120, so they drop its keys at about 200; c2 is granted at 210 and writes;

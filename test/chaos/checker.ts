@@ -12,7 +12,8 @@
  *   last known validity) never overlap. One exception, reported apart as
  *   expected: the nodes expire keys by their wall clocks, so a forward step
  *   of S ms while a lease runs shortens it by up to S ms on the nodes that
- *   stepped, and the next holder may come that much early. A holder may hold
+ *   stepped, and the next holder may come that much early (the older lease is
+ *   the lower token's, also when its holder learned of its grant last). A holder may hold
  *   on a bare majority only (a grant returns once a quorum granted, and the
  *   other nodes may have refused), so a step on 2q - n nodes (one of five,
  *   one of three) can free a quorum for the next one. Such an overlap is
@@ -228,12 +229,39 @@ function majorityStep(
   return perNode[nodesToFreeQuorum(nodes) - 1];
 }
 
-/** An overlap within what clock steps on a majority explain; expected only if fencing covered it. */
-interface ClockOverlap {
+/**
+ * A lease that clock steps on a majority cut short: `later` (the higher
+ * token) was granted while `earlier`'s lease still stood on its holder's
+ * clock, by no more than the steps explain.
+ */
+interface ClockCut {
+  /** The older lease: the lower token, which the nodes granted first. */
   readonly earlier: Grant;
   readonly later: Grant;
-  readonly report: Violation;
   readonly step: number;
+}
+
+/** Such a cut that two holdings overlapping show; expected only if fencing covered it. */
+interface ClockOverlap extends ClockCut {
+  readonly report: Violation;
+}
+
+/**
+ * The clock step that explains `later` (a higher token) granted while
+ * `earlier`'s lease still stood on its holder's clock; undefined if none
+ * does. The older lease may be the one learned last (its reply slow to come):
+ * the nodes set it before the step cut it short, and the other grant found
+ * it gone. The steps must have struck while it stood, and be as long as the
+ * later grant came early.
+ */
+function clockCut(
+  earlier: Grant,
+  later: Grant,
+  steps: readonly ClockStep[],
+  nodes: number,
+): ClockCut | undefined {
+  const step = majorityStep(steps, nodes, leaseSetFrom(earlier), later.at);
+  return earlier.end - later.at <= step ? { earlier, later, step } : undefined;
 }
 
 function grantsOf(ops: readonly Operation[]): Grant[] {
@@ -326,6 +354,7 @@ function checkGrants(
   steps: readonly ClockStep[],
   nodes: number,
   clockOverlaps: ClockOverlap[],
+  clockCuts: ClockCut[],
 ): void {
   const byResource = new Map<string, Grant[]>();
   for (const g of grants) {
@@ -383,11 +412,26 @@ function checkGrants(
           message: `${nameOf(g)} was granted ${overlap.toFixed(1)} ms before ${nameOf(latest)}'s holding ended`,
           details: overlapDetails(latest, g, faults, steps),
         };
-        const step = majorityStep(steps, nodes, leaseSetFrom(latest), g.at);
-        if (overlap <= step) clockOverlaps.push({ earlier: latest, later: g, report, step });
+        const cut =
+          g.token < latest.token
+            ? clockCut(g, latest, steps, nodes)
+            : clockCut(latest, g, steps, nodes);
+        if (cut) clockOverlaps.push({ ...cut, report });
         else violations.push(report);
       }
       if (!latest || g.end > latest.end) latest = g;
+    }
+
+    // Cuts that no overlap shows: the older holder learned of its grant only after the later
+    // one's holding ended, and its writes then find a higher token in the stores.
+    if (steps.length === 0) continue;
+    const byToken = [...list].sort((a, b) => a.token - b.token);
+    for (let i = 0; i < byToken.length; i++) {
+      for (let j = i + 1; j < byToken.length; j++) {
+        if (byToken[j].at >= byToken[i].end) continue;
+        const cut = clockCut(byToken[i], byToken[j], steps, nodes);
+        if (cut) clockCuts.push(cut);
+      }
     }
   }
 }
@@ -566,7 +610,8 @@ export function check(input: CheckInput): CheckResult {
   const clockOverlaps: ClockOverlap[] = [];
   const nodes = input.nodes ?? 5;
   const locks = grants.filter((g) => g.kind === undefined);
-  checkGrants(locks, violations, faults, clockSteps(input), nodes, clockOverlaps);
+  const clockCuts: ClockCut[] = [];
+  checkGrants(locks, violations, faults, clockSteps(input), nodes, clockOverlaps, clockCuts);
   checkSharedGrants(
     grants.filter((g) => g.kind !== undefined),
     violations,
@@ -576,7 +621,13 @@ export function check(input: CheckInput): CheckResult {
   let refusedWrites = 0;
   for (const store of stores)
     refusedWrites += checkStore(store, ops, grants, violations, validRefusals);
-  const expected = judgeClockOverlaps(stores.length > 0, clockOverlaps, validRefusals, violations);
+  const expected = judgeClockOverlaps(
+    stores.length > 0,
+    clockOverlaps,
+    clockCuts,
+    validRefusals,
+    violations,
+  );
 
   let lostControlUpdates = 0;
   if (input.control) {
@@ -638,13 +689,15 @@ const STORE_KINDS = new Set([
 
 /**
  * Overlaps that clock steps on a majority explain, and the refusals of the
- * older holder's writes during them: expected where the fenced stores kept
- * every acknowledged write, in token order, and nothing else; violations
- * where there is no fenced store or one of them shows a fault.
+ * older holder's writes in a lease such steps cut short (with an overlap or
+ * without: see checkGrants): expected where the fenced stores kept every
+ * acknowledged write, in token order, and nothing else; violations where
+ * there is no fenced store or one of them shows a fault.
  */
 function judgeClockOverlaps(
   fenced: boolean,
   overlaps: readonly ClockOverlap[],
+  cuts: readonly ClockCut[],
   refusals: readonly ValidRefusal[],
   violations: Violation[],
 ): Violation[] {
@@ -652,11 +705,12 @@ function judgeClockOverlaps(
   const covered = (resource: string | undefined) =>
     fenced && !faulty.has(resource) && !faulty.has(undefined);
   const expected: Violation[] = [];
-  const olderHolders = new Map<string, ClockOverlap>();
+  const olderHolders = new Map<string, ClockCut>();
+  const holderOf = (cut: ClockCut) => `${cut.earlier.client}/${cut.earlier.acquire}`;
   for (const o of overlaps) {
     const step = `a forward clock step of ${o.step.toFixed(0)} ms on enough nodes to free a quorum`;
     if (covered(o.report.resource)) {
-      olderHolders.set(`${o.earlier.client}/${o.earlier.acquire}`, o);
+      olderHolders.set(holderOf(o), o);
       expected.push({
         ...o.report,
         message: `${o.report.message}: expected by the stated assumption (${step}), covered by fencing`,
@@ -668,12 +722,16 @@ function judgeClockOverlaps(
       });
     }
   }
+  for (const cut of cuts) {
+    if (covered(cut.earlier.resource) && !olderHolders.has(holderOf(cut)))
+      olderHolders.set(holderOf(cut), cut);
+  }
   for (const r of refusals) {
-    const overlap = olderHolders.get(`${r.client}/${r.lock}`);
-    if (overlap) {
+    const cut = olderHolders.get(`${r.client}/${r.lock}`);
+    if (cut) {
       expected.push({
         ...r.report,
-        message: `${r.report.message}: the fence refused the older holder of an overlap the clock step explains (${nameOf(overlap.later)} holds the lock)`,
+        message: `${r.report.message}: the fence refused the older holder of a lease the clock step cut short (${nameOf(cut.later)} was granted in it)`,
       });
     } else {
       violations.push(r.report);
