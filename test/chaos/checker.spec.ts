@@ -79,6 +79,12 @@ class History {
   }
 }
 
+const ALL_NODES = [0, 1, 2, 3, 4];
+
+/** A forward step of `ms` of the wall clocks of `nodes`, at `at`. */
+const clockStep = (nodes: readonly number[], ms: number, at = 120): FaultEvent[] =>
+  nodes.map((i) => ({ kind: 'clock-step', target: `node${i}`, start: at, end: at, stepMs: ms }));
+
 const kinds = (history: History, extra: Omit<CheckInput, 'events'> = {}) =>
   violationCounts(check({ events: history.events, ...extra }));
 
@@ -248,14 +254,7 @@ describe('chaos checker', () => {
       return h;
     };
     const fenced = store([['r', 2, 'c2:2']], [['r', 2, 'c2:2']]);
-    const step = (ms: number, at = 120): FaultEvent[] =>
-      [0, 1, 2, 3, 4].map((i) => ({
-        kind: 'clock-step',
-        target: `node${i}`,
-        start: at,
-        end: at,
-        stepMs: ms,
-      }));
+    const step = (ms: number, at?: number) => clockStep(ALL_NODES, ms, at);
     // Learned at 220, while c2 held it: an overlap; learned at 250, after c2's release: none,
     // but c1's write meets c2's higher token all the same.
     const overlapping = history(220);
@@ -290,17 +289,8 @@ describe('chaos checker', () => {
     h.write('c2', b, 2, 220, 'ok', { validAtEnd: true });
     h.write('c1', a, 1, 300, 'fail', { error: 'rejected', validAtEnd: true });
     const fenced = store([['r', 2, 'c2:2']], [['r', 2, 'c2:2']]);
-    const step = (nodes: number[], ms: number, at = 120): FaultEvent[] =>
-      nodes.map((i) => ({
-        kind: 'clock-step',
-        target: `node${i}`,
-        start: at,
-        end: at,
-        stepMs: ms,
-      }));
-    const all = [0, 1, 2, 3, 4];
 
-    const result = check({ events: h.events, stores: [fenced], faults: step(all, 200) });
+    const result = check({ events: h.events, stores: [fenced], faults: clockStep(ALL_NODES, 200) });
     expect(result.violations).toEqual([]);
     expect(result.expected.map((e) => e.kind)).toEqual(['overlap', 'valid-holder-rejected']);
     expect(result.expected[0].message).toMatch(
@@ -311,7 +301,7 @@ describe('chaos checker', () => {
       check({
         events: h.events,
         stores: [fenced],
-        faults: [...step(all, 60), ...step(all, 60, 130)],
+        faults: [...clockStep(ALL_NODES, 60), ...clockStep(ALL_NODES, 60, 130)],
       }).violations,
     ).toEqual([]);
     const host = check({
@@ -332,21 +322,23 @@ describe('chaos checker', () => {
     expect(nodesToFreeQuorum(3)).toBe(1);
     expect(nodesToFreeQuorum(4)).toBe(2);
     expect(
-      check({ events: h.events, stores: [fenced], faults: step([4], 200) }).violations,
+      check({ events: h.events, stores: [fenced], faults: clockStep([4], 200) }).violations,
     ).toEqual([]);
     // A step too small does not explain the overlap, nor do steps on too few nodes.
-    expect(kinds(h, { stores: [fenced], faults: step(all, 100) })).toEqual(twoHolders);
+    expect(kinds(h, { stores: [fenced], faults: clockStep(ALL_NODES, 100) })).toEqual(twoHolders);
     expect(
       kinds(h, {
         stores: [fenced],
         nodes: 4,
-        faults: [...step([0], 200), ...step([1, 2, 3], 100)],
+        faults: [...clockStep([0], 200), ...clockStep([1, 2, 3], 100)],
       }),
     ).toEqual(twoHolders);
     // Nor does one before c1's lease was set: the nodes set its expiry on the stepped clock.
-    expect(kinds(h, { stores: [fenced], faults: step(all, 200, 50) })).toEqual(twoHolders);
+    expect(kinds(h, { stores: [fenced], faults: clockStep(ALL_NODES, 200, 50) })).toEqual(
+      twoHolders,
+    );
     // Without a fenced store nothing shows the overlap harmless.
-    expect(kinds(h, { faults: step(all, 200) })).toEqual({ overlap: 1 });
+    expect(kinds(h, { faults: clockStep(ALL_NODES, 200) })).toEqual({ overlap: 1 });
     // An unfenced store took c1's late write over c2's: the overlap lost a write.
     const unfenced = new History();
     const c = unfenced.hold('c1', 'r', 1, 100, 320);
@@ -360,7 +352,7 @@ describe('chaos checker', () => {
       ],
       [['r', 1, 'c1:1']],
     );
-    expect(kinds(unfenced, { stores: [overwritten], faults: step(all, 200) })).toEqual({
+    expect(kinds(unfenced, { stores: [overwritten], faults: clockStep(ALL_NODES, 200) })).toEqual({
       overlap: 1,
       'store-regression': 1,
     });
