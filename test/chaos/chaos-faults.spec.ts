@@ -485,34 +485,50 @@ describe('chaos: a node that lost its data', () => {
    * Nodes 3 and 4 miss four grants (blackholed), node 0 loses its data, and
    * the next grant can only come from nodes 0, 3 and 4.
    */
-  async function lagWipeAndGrant(reseed: boolean): Promise<CheckResult> {
+  async function lagWipeAndGrant(
+    reseed: boolean,
+  ): Promise<{ result: CheckResult; before: number[]; after: number }> {
     const [client] = await cluster.startClients(1, { engine: real });
     const resource = 'order:wiped';
     cluster.partition([0, 1, 2]);
     // Connected first here too: an attempt that reached only some of these nodes would count
-    // there, and the grants would not be tokens 1 to 4 (the token the wiped node repeats).
+    // there, and the grants would skip a token.
     await client.settle([0, 1, 2]);
-    for (let i = 0; i < 4; i++)
-      expect((await client.section({ resource }).done).acquired).toBe(true);
+    const before: number[] = [];
+    for (let i = 0; i < 4; i++) {
+      const section = await client.section({ resource }).done;
+      expect(section.acquired).toBe(true);
+      before.push(section.token!);
+    }
     await cluster.heal();
     await cluster.wipeNode(0);
     if (reseed) expect(Object.values(await cluster.admin.reseedFences())).toEqual([1, 0, 0, 1, 1]);
     cluster.partition([0, 3, 4]);
     // Reconnected first, so that no attempt fails (and counts) on only some of these nodes.
     await client.settle([0, 3, 4]);
-    expect((await client.section({ resource }).done).acquired).toBe(true);
-    return reseed
-      ? finish('wiped node, re-seeded')
-      : finish('wiped node, not re-seeded (control)', 'real, re-seed skipped');
+    const last = await client.section({ resource }).done;
+    expect(last.acquired).toBe(true);
+    const result = reseed
+      ? await finish('wiped node, re-seeded')
+      : await finish('wiped node, not re-seeded (control)', 'real, re-seed skipped');
+    return { result, before, after: last.token! };
   }
 
-  it('without the re-seed procedure the next grant repeats a token, and the checker reports it (negative control)', async () => {
-    const result = await lagWipeAndGrant(false);
-    expect(violationCounts(result)).toMatchObject({ 'duplicate-token': 1, 'token-order': 1 });
+  it('without the re-seed procedure the next grant gets a token below those granted before, and the checker reports it (negative control)', async () => {
+    const { result, before, after } = await lagWipeAndGrant(false);
+    // The three nodes count from where the wiped one and the two that missed the grants stand.
+    expect(after).toBeLessThan(Math.max(...before));
+    const counts = violationCounts(result);
+    expect(counts['token-order']).toBe(1);
+    // Usually a repeat too (tokens 1 to 4, then 1 or more), but not when an attempt that failed
+    // on some of the nodes, on a loaded machine, made the grants skip the token it gets.
+    expect(counts['duplicate-token'] ?? 0).toBe(before.includes(after) ? 1 : 0);
   }, 60_000);
 
   it('re-seeding with reseedFences() before the wiped node serves again keeps tokens increasing', async () => {
-    expectNoViolations(await lagWipeAndGrant(true));
+    const { result, before, after } = await lagWipeAndGrant(true);
+    expectNoViolations(result);
+    expect(after).toBeGreaterThan(Math.max(...before));
   }, 60_000);
 });
 
