@@ -9,9 +9,11 @@
  * ```
  *
  * Protocol, one JSON object per line on stdout: `{"ev":"ready"}`; per
- * operation `{"ev":"read","token":T}` once every store was read (the moment
- * the test pauses holders at), then `{"ev":"wrote","token":T,...}`; on `stop`
- * (stdin), `{"ev":"done","accepted":{...},"refused":{...}}` and exit.
+ * operation `{"ev":"read","token":T}` once every store was read, then a wait
+ * for a `go` line on stdin (the test stops the holders it pauses before it
+ * sends it, so they stop right there, whatever the machine's load), then
+ * `{"ev":"wrote","token":T,...}`; on `stop` (stdin),
+ * `{"ev":"done","accepted":{...},"refused":{...}}` and exit.
  */
 import Database from 'better-sqlite3';
 import { Redis } from 'ioredis';
@@ -161,9 +163,12 @@ async function main(settings: WorkerSettings): Promise<void> {
   const refused = Object.fromEntries(STORES.map((s) => [s, 0])) as Record<StoreName, number>;
   let ops = 0;
   let stopping = false;
+  /** Resolved by the test's `go` line: a holder that has read waits for it before its work. */
+  let go: (() => void) | undefined;
   const input = createInterface({ input: process.stdin });
   input.on('line', (line) => {
     if (line.trim() === 'stop') stopping = true;
+    if (line.trim() === 'go') go?.();
   });
   send({ ev: 'ready' });
 
@@ -179,7 +184,10 @@ async function main(settings: WorkerSettings): Promise<void> {
     const token = lock.token!;
     const reads = {} as Record<StoreName, number | undefined>;
     for (const store of STORES) reads[store] = await counters[store].read(token);
+    // The test may stop this process now, right after its read, before it lets it go on.
+    const released = new Promise<void>((resolve) => (go = resolve));
     send({ ev: 'read', token });
+    await released;
     await sleep(settings.workMs);
     const wrote: StoreName[] = [];
     const lost: StoreName[] = [];

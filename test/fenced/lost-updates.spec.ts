@@ -51,7 +51,8 @@ type Listener = (message: WorkerMessage) => boolean;
 class Worker {
   readonly exited: Promise<unknown>;
   private readonly listeners = new Set<Listener>();
-  private stderr = '';
+  /** What the worker wrote to stderr (why it failed, when it did). */
+  stderr = '';
   last: WorkerMessage | undefined;
 
   constructor(
@@ -87,6 +88,11 @@ class Worker {
         reject(new Error(`${this.name} exited before ${what}:\n${this.stderr}`)),
       );
     });
+  }
+
+  /** Lets the worker go on after its read (it waits for this line). */
+  go(): void {
+    this.child.stdin!.write('go\n');
   }
 
   async signal(name: 'SIGSTOP' | 'SIGCONT'): Promise<void> {
@@ -166,7 +172,14 @@ describe('a read-modify-write counter under paused holders and killed lock nodes
       if (message.ev !== 'read') return;
       const read = { worker, token: message.token };
       reads.push(read);
-      for (const waiter of [...readWaiters]) if (waiter(read)) readWaiters.delete(waiter);
+      // A read a round waits for is let go by that round, once it has stopped the worker.
+      for (const waiter of [...readWaiters]) {
+        if (waiter(read)) {
+          readWaiters.delete(waiter);
+          return;
+        }
+      }
+      worker.go();
     };
     const nextRead = (accept: (read: { worker: Worker; token: number }) => boolean) =>
       new Promise<{ worker: Worker; token: number }>((resolve) => {
@@ -185,6 +198,18 @@ describe('a read-modify-write counter under paused holders and killed lock nodes
     await Promise.all(
       workers.map((w) => w.next((m): m is WorkerMessage => m.ev === 'ready', 'it was ready')),
     );
+    // A worker that dies before it is told to stop fails the test at once, with its stderr,
+    // instead of leaving the rounds waiting for reads and writes that cannot come.
+    let stopping = false;
+    const died = new Promise<never>((_, reject) => {
+      for (const w of workers) {
+        void w.exited.then(() => {
+          if (!stopping) reject(new Error(`${w.name} exited during the run:\n${w.stderr}`));
+        });
+      }
+    });
+    died.catch(() => undefined);
+    const unlessDied = <T>(waiting: Promise<T>): Promise<T> => Promise.race([waiting, died]);
 
     const writesReach = (count: number) =>
       new Promise<void>((resolve) => {
@@ -202,11 +227,15 @@ describe('a read-modify-write counter under paused holders and killed lock nodes
         nodesKilled++;
       }
       // The holder that has just read is paused: its lease runs out while it is stopped.
-      const zombie = await nextRead(() => true);
+      const zombie = await unlessDied(nextRead(() => true));
       await zombie.worker.signal('SIGSTOP');
+      zombie.worker.go();
       // The next holder reads with a newer token; it is held right there, after its read.
-      const next = await nextRead((r) => r.worker !== zombie.worker && r.token > zombie.token);
+      const next = await unlessDied(
+        nextRead((r) => r.worker !== zombie.worker && r.token > zombie.token),
+      );
       await next.worker.signal('SIGSTOP');
+      next.worker.go();
       // The zombie writes from its old read: between the next holder's read and its write.
       const zombieWrote = zombie.worker.next(
         (m): m is Extract<WorkerMessage, { ev: 'wrote' }> =>
@@ -217,7 +246,7 @@ describe('a read-modify-write counter under paused holders and killed lock nodes
       await zombieWrote;
       await next.worker.signal('SIGCONT');
       paused++;
-      await writesReach(writes + OPS_BETWEEN);
+      await unlessDied(writesReach(writes + OPS_BETWEEN));
       if (down && round % KILL_EVERY === 2) {
         await down.restart();
         down = undefined;
@@ -225,6 +254,7 @@ describe('a read-modify-write counter under paused holders and killed lock nodes
     }
     if (down) await down.restart();
 
+    stopping = true;
     for (const worker of workers) worker.child.stdin!.write('stop\n');
     const done = await Promise.all(
       workers.map((w) =>
