@@ -12,15 +12,16 @@
  *   last known validity) never overlap. One exception, reported apart as
  *   expected: the nodes expire keys by their wall clocks, so a forward step
  *   of S ms while a lease runs shortens it by up to S ms on the nodes that
- *   stepped, and the next holder may come that much early (the older lease is
- *   the lower token's, also when its holder learned of its grant last). A holder may hold
- *   on a bare majority only (a grant returns once a quorum granted, and the
- *   other nodes may have refused), so a step on 2q - n nodes (one of five,
- *   one of three) can free a quorum for the next one. Such an overlap is
- *   what the documented assumption (time sync that slews, never steps)
- *   allows; it is expected only when the fenced stores show it covered (no
- *   store violation on that resource), and then so are the refusals of the
- *   older holder's late writes. Without a fenced store it stays a violation.
+ *   stepped, and the next holder may come that much early (the older lease
+ *   is the lower token's, also when its holder learned of its grant last).
+ *   A holder may hold on a bare majority only (a grant returns once a quorum
+ *   granted, and the other nodes may have refused), so a step on 2q - n
+ *   nodes (one of five, one of three) can free a quorum for the next one.
+ *   Such an overlap is what the documented assumption (time sync that
+ *   slews, never steps) allows; it is expected only when the fenced stores
+ *   show it covered (no store violation on that resource), and then so are
+ *   the refusals of the older holder's late writes. Without a fenced store
+ *   it stays a violation.
  * - Holds of read-write locks and semaphore permits (an acquire whose invoke
  *   names its `kind`) are judged by shared-checker.ts instead: readers hold
  *   together, a writer holds alone, at most N permits and one per slot, and
