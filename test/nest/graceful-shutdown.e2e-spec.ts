@@ -12,12 +12,12 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { spawnScript } from '../../dev/scripts.js';
 import { LockEngine } from '../../lib/engine/index.js';
+import { machineNow as now } from '../support/machine-clock.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 
 const script = fileURLToPath(new URL('../support/shutdown-app.ts', import.meta.url));
 const redis = useRedisNodes(3);
-const now = () => Number(process.hrtime.bigint()) / 1e6;
 
 interface AppEvent {
   readonly event: string;

@@ -16,14 +16,14 @@
  *   `{"records":[...]}` (or `{"error":"..."}` if an acquisition failed);
  * - when stdin ends, the engine is closed and the process exits.
  *
- * Times are epoch milliseconds with sub-millisecond precision
- * (`performance.timeOrigin + performance.now()`), so records from different
- * processes on one machine can be put on one time line.
+ * Times are milliseconds on the machine's monotonic clock (`machineNow`),
+ * so records from different processes on one machine share one time line.
  */
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { LockEngine } from '../../lib/engine/index.js';
+import { machineNow as now } from './machine-clock.js';
 
 /** One grant as a contender saw it. */
 export interface GrantRecord {
@@ -42,8 +42,6 @@ export interface GrantRecord {
 
 export type ContenderMessage =
   { readonly ready: true } | { readonly records: GrantRecord[] } | { readonly error: string };
-
-const now = () => performance.timeOrigin + performance.now();
 
 const { values } = parseArgs({
   options: {

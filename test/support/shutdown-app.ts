@@ -18,6 +18,7 @@ import { Controller, Module, Post, Query } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { parseArgs } from 'node:util';
 import { Locked, LockService, LockSignal, RedisLockModule } from '../../lib/index.js';
+import { machineNow as now } from './machine-clock.js';
 
 const { values } = parseArgs({
   options: {
@@ -26,7 +27,6 @@ const { values } = parseArgs({
   },
 });
 
-const now = () => Number(process.hrtime.bigint()) / 1e6;
 const say = (event: Record<string, unknown>) =>
   process.stdout.write(`${JSON.stringify({ ...event, at: now() })}\n`);
 
