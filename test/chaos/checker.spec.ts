@@ -401,6 +401,23 @@ describe('chaos checker', () => {
     shared(clean, 'c1', 'permit', 1, 10, 100, 1);
     shared(clean, 'c2', 'permit', 1, 20, 150, 2);
     shared(clean, 'c3', 'permit', 2, 110, 200, 1);
+    // A permit whose grant was learnt only after its validity ended (the holder's process was
+    // held up): it is valid at no moment, so it counts against no limit.
+    const late = clean.op(
+      'c2',
+      'acquire',
+      's',
+      295,
+      300,
+      'ok',
+      { kind: 'permit', permits: 2 },
+      {
+        token: 2,
+        validUntil: 299,
+        slot: 2,
+      },
+    );
+    clean.op('c2', 'release', 's', 301, 302, 'ok', { lock: late });
     expect(kinds(clean)).toEqual({});
 
     const broken = new History();

@@ -92,9 +92,11 @@ export function checkShared(holdings: readonly Holding[]): SharedViolation[] {
     const permits = list.filter((h) => h.kind === 'permit');
     // Sweep the grants in time order: how many permits are valid at each grant.
     for (const p of permits) {
+      // A permit that ended before its grant was learnt (validity run out while its holder
+      // was held up) is valid at no moment: nothing to count at its grant.
       const valid = permits.filter((q) => q.granted <= p.granted && q.end > p.granted);
       const limit = Math.max(...valid.map((q) => q.permits ?? Infinity));
-      if (valid.length > limit) {
+      if (valid.length > 0 && valid.length > limit) {
         violations.push({
           kind: 'too-many-permits',
           resource,
