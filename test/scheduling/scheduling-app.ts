@@ -47,6 +47,7 @@ export type AppMessage =
   | { type: 'elected'; id: string; epoch: number; at: number }
   | { type: 'retired'; id: string; epoch: number; reason: string; at: number }
   | { type: 'work'; id: string; epoch: number; seq: number | undefined; at: number }
+  | { type: 'closing'; id: string; at: number }
   | { type: 'closed'; id: string; at: number };
 
 const { values } = parseArgs({
@@ -186,6 +187,7 @@ send({ type: 'ready', id: ID, at: now(), wall: Date.now() });
 
 createInterface({ input: process.stdin }).on('line', (line) => {
   if (line.trim() !== 'close') return;
+  send({ type: 'closing', id: ID, at: now() });
   void app.close().then(() => {
     send({ type: 'closed', id: ID, at: now() });
     store.disconnect();
