@@ -122,8 +122,14 @@ const NEMESES: readonly Nemesis[] = [
   {
     name: 'holder paused past its lease',
     async run(pick) {
-      await cluster.until(() => looping().some((c) => cluster.holds(c)), GRANT_TIMEOUT, 'a holder');
-      const holders = looping().filter((c) => cluster.holds(c));
+      // The holders as the condition saw them: by the time the wait's promise settles, the
+      // rest of the same read of client lines may have had each of them begin its release.
+      let holders: ChaosClient[] = [];
+      await cluster.until(
+        () => (holders = looping().filter((c) => cluster.holds(c))).length > 0,
+        GRANT_TIMEOUT,
+        'a holder',
+      );
       const holder = holders[pick(holders.length)];
       await holder.pause('SIGSTOP past the lease');
       // A pause is a stretch of time: twice the lease, so its locks expire meanwhile.
