@@ -10,6 +10,12 @@ import { useRedisNodes } from '../support/use-redis-nodes.js';
 
 const PROCESSES = 4;
 const WORKERS = 3;
+/**
+ * Each hand-off between processes waits for processes to be scheduled: alone the two tests
+ * take 10 and 7 s, in a full run on two busy cores five times as long or more (the second once
+ * ran past 60 s with 25 iterations a round).
+ */
+const TEST_TIMEOUT = 120_000;
 
 const script = fileURLToPath(new URL('../support/contender.ts', import.meta.url));
 
@@ -152,50 +158,58 @@ describe('fencing tokens under contenders in several OS processes', () => {
     return (await Promise.all(contenders.map((c) => c.round()))).flat();
   }
 
-  it('grants one holder at a time, with tokens unique and increasing in grant order', async () => {
-    const iterations = 50;
-    await startContenders(unique('hot'), iterations);
-    const records = await round();
-    await Promise.all(contenders.map((c) => c.stop()));
+  it(
+    'grants one holder at a time, with tokens unique and increasing in grant order',
+    async () => {
+      const iterations = 50;
+      await startContenders(unique('hot'), iterations);
+      const records = await round();
+      await Promise.all(contenders.map((c) => c.stop()));
 
-    expect(records).toHaveLength(PROCESSES * WORKERS * iterations);
-    expect(new Set(records.map((r) => r.pid)).size).toBe(PROCESSES);
-    const byTime = expectSafeGrants(records);
-    expect(crossProcessHandoffs(byTime)).toBeGreaterThan(records.length / 10);
-  }, 60_000);
+      expect(records).toHaveLength(PROCESSES * WORKERS * iterations);
+      expect(new Set(records.map((r) => r.pid)).size).toBe(PROCESSES);
+      const byTime = expectSafeGrants(records);
+      expect(crossProcessHandoffs(byTime)).toBeGreaterThan(records.length / 10);
+    },
+    TEST_TIMEOUT,
+  );
 
-  it('keeps tokens increasing when the nodes fence counters diverge between rounds', async () => {
-    const resource = unique('diverging');
-    // Each node's one counter (the default, fenceCounter 'node').
-    const fence = 'lock:fence';
-    const iterations = 25;
-    await startContenders(resource, iterations);
-    const records = await round();
-    const readCounters = async () =>
-      (await Promise.all(redis.nodes.map((n) => n.cli('GET', fence)))).map(Number);
+  it(
+    'keeps tokens increasing when the nodes fence counters diverge between rounds',
+    async () => {
+      const resource = unique('diverging');
+      // Each node's one counter (the default, fenceCounter 'node').
+      const fence = 'lock:fence';
+      const iterations = 15;
+      await startContenders(resource, iterations);
+      const records = await round();
+      const readCounters = async () =>
+        (await Promise.all(redis.nodes.map((n) => n.cli('GET', fence)))).map(Number);
 
-    // Each round, every node's counter is raised (never lowered: a node must not lose it) to a
-    // different value, so any two granting nodes disagree and the write-back round has to settle
-    // the token; which node is ahead rotates from round to round.
-    for (let r = 0; r < 3; r++) {
-      const base = Math.max(...(await readCounters()));
-      const raised = redis.nodes.map((_, i) => base + 100 * (((i + r) % 3) + 1));
-      await Promise.all(redis.nodes.map((n, i) => n.cli('SET', fence, raised[i])));
-      const roundRecords = await round();
-      const first = [...roundRecords].sort((a, b) => a.grant - b.grant)[0];
-      // Any quorum of two includes a node raised by 200 or more, and the highest counter wins.
-      expect(first.token).toBeGreaterThan(base + 200);
-      records.push(...roundRecords);
+      // Each round, every node's counter is raised (never lowered: a node must not lose it) to a
+      // different value, so any two granting nodes disagree and the write-back round has to settle
+      // the token; which node is ahead rotates from round to round.
+      for (let r = 0; r < 3; r++) {
+        const base = Math.max(...(await readCounters()));
+        const raised = redis.nodes.map((_, i) => base + 100 * (((i + r) % 3) + 1));
+        await Promise.all(redis.nodes.map((n, i) => n.cli('SET', fence, raised[i])));
+        const roundRecords = await round();
+        const first = [...roundRecords].sort((a, b) => a.grant - b.grant)[0];
+        // Any quorum of two includes a node raised by 200 or more, and the highest counter wins.
+        expect(first.token).toBeGreaterThan(base + 200);
+        records.push(...roundRecords);
 
-      // The last token was carried to a quorum, so the next grant anywhere exceeds it.
-      const last = Math.max(...roundRecords.map((x) => x.token));
-      const counters = await readCounters();
-      expect(counters.filter((c) => c >= last).length).toBeGreaterThanOrEqual(2);
-    }
-    await Promise.all(contenders.map((c) => c.stop()));
+        // The last token was carried to a quorum, so the next grant anywhere exceeds it.
+        const last = Math.max(...roundRecords.map((x) => x.token));
+        const counters = await readCounters();
+        expect(counters.filter((c) => c >= last).length).toBeGreaterThanOrEqual(2);
+      }
+      await Promise.all(contenders.map((c) => c.stop()));
 
-    expect(records).toHaveLength(4 * PROCESSES * WORKERS * iterations);
-    const byTime = expectSafeGrants(records);
-    expect(crossProcessHandoffs(byTime)).toBeGreaterThan(records.length / 10);
-  }, 60_000);
+      expect(records).toHaveLength(4 * PROCESSES * WORKERS * iterations);
+      const byTime = expectSafeGrants(records);
+      expect(crossProcessHandoffs(byTime)).toBeGreaterThan(records.length / 10);
+    },
+    TEST_TIMEOUT,
+  );
 });
