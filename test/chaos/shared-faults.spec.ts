@@ -130,15 +130,22 @@ describe('read-write locks and semaphores under faults', () => {
       await sleep(500);
     };
 
+    const kinds = (k: Holding['kind']) => holdings.filter((h) => h.kind === k).length;
+    const enough = () => kinds('read') > 10 && kinds('write') > 5 && kinds('permit') > 10;
     const workers = Array.from({ length: 6 }, (_, w) => worker(w));
-    await faults();
+    // The faults run again until enough of each kind was held under them: a loaded machine grants
+    // fewer in one pass (one full run saw 7 reads where 17 to 24 are usual).
+    let passes = 0;
+    while (passes === 0 || (passes < 3 && !enough())) {
+      await faults();
+      passes++;
+    }
     stop = true;
     await Promise.all(workers);
 
     const violations = checkShared(holdings);
-    const kinds = (k: Holding['kind']) => holdings.filter((h) => h.kind === k).length;
     console.log(
-      `read-write and semaphore faults: ${acquired} grants (${kinds('read')} read, ${kinds('write')} write, ` +
+      `read-write and semaphore faults (${passes} pass${passes === 1 ? '' : 'es'}): ${acquired} grants (${kinds('read')} read, ${kinds('write')} write, ` +
         `${kinds('permit')} permits), ${failed} acquisitions failed or timed out, ${violations.length} violations`,
     );
     expect(violations).toEqual([]);
