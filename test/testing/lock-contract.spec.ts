@@ -294,7 +294,9 @@ describe('the in-memory engine keeps the real engine’s contract', () => {
           expect(lock.isHeld).toBe(true);
           return lock.token;
         },
-        { ttl: 300 },
+        // Renewed with half of it left: 500 ms for a stalled event loop to get to the timer (a
+        // clean-clone run lost a 300 ms lease, on both engines, to a stall of over 150 ms).
+        { ttl: 1000 },
       );
       expect(result).toBeGreaterThan(0);
       expect(await engine.inspect(resource)).toMatchObject({ held: false });
