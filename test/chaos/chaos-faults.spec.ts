@@ -536,8 +536,8 @@ describe('chaos: extension and release', () => {
   it('automatic extension keeps a section valid through a minority failing, and a majority lost aborts the lock before the holder writes', async () => {
     // With one node down and one blackholed, every extension needs all three others: a node
     // timeout of 300 ms instead of 100 (so a lease of 1000 ms by default, which a node timeout
-    // may be half of) lets a loaded machine's slow node answer in time (one full run saw a
-    // single extension succeed in the 2.5 s hold).
+    // may be half of) gives a loaded machine's slow node more time. Loaded full runs still
+    // fail this now and then with no extension counted; the cause is not yet known.
     const [holder, other] = await cluster.startClients(2, {
       engine: real,
       ttl: LONG_TTL,
