@@ -497,7 +497,8 @@ describe('chaos: a node that lost its data', () => {
     const before: number[] = [];
     for (let i = 0; i < 4; i++) {
       const section = await client.section({ resource }).done;
-      expect(section.acquired).toBe(true);
+      // The whole outcome, so that a failure shows the section's error.
+      expect(section).toMatchObject({ acquired: true });
       before.push(section.token!);
     }
     await cluster.heal();
@@ -536,8 +537,7 @@ describe('chaos: extension and release', () => {
   it('automatic extension keeps a section valid through a minority failing, and a majority lost aborts the lock before the holder writes', async () => {
     // With one node down and one blackholed, every extension needs all three others: a node
     // timeout of 300 ms instead of 100 (so a lease of 1000 ms by default, which a node timeout
-    // may be half of) gives a loaded machine's slow node more time. Loaded full runs still
-    // fail this now and then with no extension counted; the cause is not yet known.
+    // may be half of) gives a loaded machine's slow node more time.
     const [holder, other] = await cluster.startClients(2, {
       engine: real,
       ttl: LONG_TTL,
@@ -552,8 +552,16 @@ describe('chaos: extension and release', () => {
     cluster.setFault(1, { kind: 'blackhole' });
     const busy = await other.section({ resource, attempts: 0 }).done;
     expect(busy.acquired).toBe(false);
-    expect((await long.done).acquired).toBe(true);
-    expect(extended()).toBeGreaterThanOrEqual(3);
+    const held = await long.done;
+    expect(held).toMatchObject({ acquired: true });
+    if (extended() < 3) {
+      // Loaded full runs failed here now and then, with the cause unknown: say what the holder saw.
+      const events = cluster.events.filter((e) => e.client === holder.id);
+      const seen = { held, events, stderr: holder.stderr };
+      throw new Error(
+        `${extended()} extensions in the hold, 3 or more expected: ${JSON.stringify(seen)}`,
+      );
+    }
     expect(completions(holder, 'write:sqlite').map((e) => e.type)).toEqual(['ok']);
     await cluster.heal();
 
