@@ -488,7 +488,14 @@ describe('chaos: a node that lost its data', () => {
   async function lagWipeAndGrant(
     reseed: boolean,
   ): Promise<{ result: CheckResult; before: number[]; after: number }> {
-    const [client] = await cluster.startClients(1, { engine: real });
+    // Every grant before the wipe needs all three reachable nodes to answer within the node
+    // timeout; full runs delayed this process's proxies up to 0.9 s (the chaos run's README):
+    // 300 ms instead of 100 ms (with a lease that allows it) keeps the set-up from failing there.
+    const [client] = await cluster.startClients(1, {
+      engine: real,
+      ttl: LONG_TTL,
+      nodeTimeout: 300,
+    });
     const resource = 'order:wiped';
     cluster.partition([0, 1, 2]);
     // Connected first here too: an attempt that reached only some of these nodes would count
@@ -535,9 +542,11 @@ describe('chaos: a node that lost its data', () => {
 
 describe('chaos: extension and release', () => {
   it('automatic extension keeps a section valid through a minority failing, and a majority lost aborts the lock before the holder writes', async () => {
-    // With one node down and one blackholed, every extension needs all three others: a node
-    // timeout of 300 ms instead of 100 (so a lease of 1000 ms by default, which a node timeout
-    // may be half of) gives a loaded machine's slow node more time.
+    // With one node down and one blackholed, every extension needs all three others. Full runs
+    // delayed this process's proxies up to 0.9 s (see the chaos README), and one such delay
+    // failed every extension of a 1 s lease: the held section's 2 s lease (renewed with 1 s
+    // left) rides one out, and a node timeout of 300 ms instead of 100 (so a lease of 1000 ms
+    // by default, which a node timeout may be half of) lets a slow node's reply count.
     const [holder, other] = await cluster.startClients(2, {
       engine: real,
       ttl: LONG_TTL,
@@ -546,7 +555,7 @@ describe('chaos: extension and release', () => {
     const resource = 'order:extended';
     const extended = () => completions(holder, 'extend').filter((e) => e.type === 'ok').length;
 
-    const long = holder.section({ resource, ttl: LONG_TTL, autoExtend: true, holdMs: 2500 });
+    const long = holder.section({ resource, ttl: 2 * LONG_TTL, autoExtend: true, holdMs: 4000 });
     await granted(holder);
     await cluster.killNode(0, 'while extending');
     cluster.setFault(1, { kind: 'blackhole' });
