@@ -239,12 +239,14 @@ describe('chaos: paused read-write and permit holders', () => {
     });
     await first.stopped;
     // The other permit stays held, extended, while a third caller waits for the paused one's slot.
+    // A 2 s lease: renewed with 1 s left, it rides out the test process's delays (see the chaos
+    // README); a lost one would free its slot for the third caller.
     const holding = granted(other);
     const kept = other.section({
       resource,
       kind: 'permit',
       permits,
-      ttl: LONG_TTL,
+      ttl: 2 * LONG_TTL,
       autoExtend: true,
       holdMs: 2500,
     });
