@@ -42,7 +42,16 @@ import { RedisFencedStore } from '../chaos/stores.js';
 /** What an instance reports; `at` is on the harness's monotonic time line (ms). */
 export type AppMessage =
   | { type: 'ready'; id: string; at: number; wall: number }
-  | { type: 'run'; id: string; job: string; tick: number; token: number; at: number }
+  | {
+      type: 'run';
+      id: string;
+      job: string;
+      tick: number;
+      token: number;
+      /** When the body began, right after the grant. */
+      started: number;
+      at: number;
+    }
   | { type: 'skipped'; id: string; job: string; tick: number; at: number }
   | { type: 'elected'; id: string; epoch: number; at: number }
   | { type: 'retired'; id: string; epoch: number; reason: string; at: number }
@@ -116,11 +125,12 @@ class TickJob {
   }
 
   private async run(job: string, lock: Lock): Promise<void> {
+    const started = now();
     const tick = tickOf(lock);
     // Each run is written with its token, so the store counts the runs of a tick on its own;
     // written before it is reported, so that every reported run is in the store.
     await this.records.write(`${job}:${tick}`, lock.token!, ID);
-    send({ type: 'run', id: ID, job, tick, token: lock.token!, at: now() });
+    send({ type: 'run', id: ID, job, tick, token: lock.token!, started, at: now() });
     await sleep(BODY_MS);
   }
 }
