@@ -28,11 +28,7 @@ export interface Refusal {
   readonly busy: boolean;
   /** When busy: ms until enough nodes are free at the latest. */
   readonly retryAfter: number | undefined;
-  /**
-   * Ask again at once: only the nodes' line was in the way and this attempt
-   * just took its place in it by arrival (it may be first now), or a split
-   * vote taught it what to ask for.
-   */
+  /** Ask again at once: a split vote taught it what to ask for (a semaphore's slot). */
   readonly again: boolean;
   readonly error: () => LockUnavailableError;
   readonly round: RoundResult<unknown>;
@@ -175,7 +171,6 @@ export function refusalOf<T>(
   round: RoundResult<T>,
   request: CallRequest,
   wait: (reply: T) => number | undefined,
-  again: boolean,
 ): Refusal {
   const { nodes, quorum } = context;
   const error = () =>
@@ -212,7 +207,7 @@ export function refusalOf<T>(
   return {
     busy: true,
     retryAfter: lease !== undefined && lease >= 0 ? lease : undefined,
-    again,
+    again: false,
     error,
     round,
   };

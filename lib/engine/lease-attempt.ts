@@ -165,12 +165,12 @@ export class LeaseAttempts implements Acquirer<LeaseRequest> {
       // Grants of different slots: contention, not an outage. The first split is asked again
       // at once (with the slot most nodes offered as the hint); later ones wait as a busy lock
       // does, so that waiters whose nodes have no free slot in common do not spin.
-      const refusal = refusalOf(context, round, request, waitOf, false);
+      const refusal = refusalOf(context, round, request, waitOf);
       return { ...refusal, busy: true, retryAfter: undefined, again: request.splits === 1 };
     }
     // Free but for earlier waiters: every attempt is ranked by its arrival, so asking again at
     // once would rank it the same; it waits for a release, or for the nodes to name it.
-    return refusalOf(context, round, request, waitOf, false);
+    return refusalOf(context, round, request, waitOf);
   }
 
   /** Granted or not, a place left in a node's line would rank ahead of later waiters. */

@@ -115,14 +115,10 @@ export class LockAttempts implements Acquirer<LockRequest> {
     }
     this.cleanUp(keys, value);
     const busyInLine = request.lineLease > 0 && joinsLine;
-    // Free, but an earlier waiter was first in line: this attempt just took its place there too,
-    // by arrival, so it may now be first itself (one whose own first attempts failed, say). The
-    // head asks again at once instead of after a delay nothing will cut short.
-    const again =
-      busyInLine &&
-      !request.inLine &&
-      round.replies.every((reply) => reply?.[0] !== 0 || reply[1] === -3);
-    const refusal = refusalOf(context, round, request, waitOf, again);
+    // Free but for an earlier waiter in line (a node grants one that arrived before every waiter
+    // there, in line or not): asking again at once would be refused the same; it waits for a
+    // release, which names it once it is first.
+    const refusal = refusalOf(context, round, request, waitOf);
     if (refusal.busy && busyInLine) request.inLine = true;
     return refusal;
   }

@@ -37,7 +37,7 @@ local function earliest(line, now, prune)
       head, best = entries[i], arrival
     end
   end
-  return head
+  return head, best
 end
 `;
 
@@ -75,8 +75,10 @@ export const MAX_LINE = 64;
  * Waiters' line: `<lock key>:q`, a hash of waiter id -> 'arrival expiry'.
  * A refused caller with a lease above 0 joins it (or renews its place) for
  * that many ms of this node's clock; free keys go to the waiter with the
- * earliest arrival (ties: the lower id) among the live ones, and a grant takes
- * the caller out of the line. A line keeps at most MAX_LINE places. A
+ * earliest arrival (ties: the lower id) among the live ones and the caller
+ * (in the line or not yet: a caller that arrived before all of them takes
+ * the keys in the call that would have put it first), and a grant takes the
+ * caller out of the line. A line keeps at most MAX_LINE places. A
  * caller refused for several keys keeps a place only in the lines of the keys
  * that someone else holds or waits for ahead of it, and leaves the others, so
  * that it never keeps a free key from callers that want that key alone.
@@ -123,8 +125,11 @@ local function first(key)
   local line = key .. ':q'
   if redis.pcall('EXISTS', line) ~= 1 or not clock() then return true end
   queued = true
-  local head = earliest(line, now, true)
-  return head == nil or head == waiter
+  local head, best = earliest(line, now, true)
+  if head == nil or head == waiter then return true end
+  -- Not in this line yet, or its place lapsed: first all the same if it arrived before the head.
+  local arrival = tonumber(ARGV[8])
+  return lease > 0 and arrival ~= nil and (arrival < best or (arrival == best and waiter < head))
 end
 local function room(line)
   if redis.pcall('HEXISTS', line, waiter) == 1 then return true end

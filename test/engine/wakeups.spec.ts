@@ -126,7 +126,7 @@ describe('waiters are woken when a lock is released', () => {
     expect(order).toEqual(['a', 'b']);
   });
 
-  it('asks again at once when its refusal only put it first in line', async () => {
+  it('takes a free lock in the attempt that joins the line when it arrived before everyone there', async () => {
     const resource = unique('ghost-behind');
     const key = `lock:{${resource}}:q`;
     // A waiter that began after us and vanished, first in line until we join it.
@@ -134,9 +134,15 @@ describe('waiters are woken when a lock is released', () => {
       await node.cli('HSET', key, 'ghost', `${Date.now() + 60_000} ${Date.now() + 60_000}`);
       await node.cli('PEXPIRE', key, '60000');
     }
+    const attempts = new Promise<number>((resolve) =>
+      holder.once('acquired', (event) => resolve(event.attempts)),
+    );
     const started = performance.now();
     const lock = await holder.acquire(resource, { retry: SLOW_POLLING });
-    // Refused while the ghost led the line, then first by arrival: no retry delay in between.
+    // The first attempt does not join the line and is refused (the ghost is first there); the
+    // second joins it ahead of the ghost, by arrival, and is granted in the same call: no third
+    // attempt, no retry delay.
+    expect(await attempts).toBe(2);
     expect(performance.now() - started).toBeLessThan(1000);
     await lock.release();
   });
