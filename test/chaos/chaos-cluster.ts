@@ -539,13 +539,19 @@ export class ChaosCluster extends EventEmitter {
 
   /**
    * Resolves once `condition` holds, re-checked on every operation the
-   * clients report; rejects naming `what` after `timeoutMs`.
+   * clients report; rejects naming `what` after `timeoutMs`. Once it held,
+   * it is not called again: a condition that records what it saw keeps
+   * that, even though more operations of the same read of client lines
+   * arrive before the listener is gone.
    */
   until(condition: () => boolean, timeoutMs: number, what: string): Promise<void> {
     let onProgress: (() => void) | undefined;
+    let held = false;
     const met = new Promise<void>((resolve) => {
       onProgress = () => {
-        if (condition()) resolve();
+        if (held || !condition()) return;
+        held = true;
+        resolve();
       };
       this.on('progress', onProgress);
       onProgress();
