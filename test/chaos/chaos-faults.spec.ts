@@ -499,7 +499,7 @@ describe('chaos: a node that lost its data', () => {
     reseed: boolean,
   ): Promise<{ result: CheckResult; before: number[]; after: number }> {
     // Every grant before the wipe needs all three reachable nodes to answer within the node
-    // timeout; full runs delayed this process's proxies up to 0.9 s (the chaos run's README):
+    // timeout; full runs delay this process's proxies up to 1 s (see test/chaos/README.md):
     // 300 ms instead of 100 ms (with a lease that allows it) keeps the set-up from failing there.
     const [client] = await cluster.startClients(1, {
       engine: real,
@@ -553,8 +553,8 @@ describe('chaos: a node that lost its data', () => {
 describe('chaos: extension and release', () => {
   it('automatic extension keeps a section valid through a minority failing, and a majority lost aborts the lock before the holder writes', async () => {
     // With one node down and one blackholed, every extension needs all three others. Full runs
-    // delayed this process's proxies up to 0.9 s (see the chaos README), and one such delay
-    // failed every extension of a 1 s lease: the held section's 2 s lease (renewed with 1 s
+    // delay this process's proxies up to 1 s (see test/chaos/README.md), and such a delay
+    // would fail every extension of a 1 s lease: the held section's 2 s lease (renewed with 1 s
     // left) rides one out, and a node timeout of 300 ms instead of 100 (so a lease of 1000 ms
     // by default, which a node timeout may be half of) lets a slow node's reply count.
     const [holder, other] = await cluster.startClients(2, {
