@@ -29,8 +29,11 @@ export class HeldLocks {
   /**
    * Waits up to `timeout` ms for the holders to release what they hold, then
    * marks every lock still held as lost (its signal aborts) and releases it.
+   * A lock whose lease runs out meanwhile (or already had: a holder that
+   * never released it) is lost then, and no longer waited for.
    */
   async drain(timeout: number): Promise<void> {
+    for (const lock of [...this.locks]) lock.watchExpiry();
     if (this.locks.size > 0 && timeout > 0) {
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, timeout);

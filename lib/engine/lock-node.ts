@@ -259,6 +259,8 @@ export class LockNode {
   async close(): Promise<void> {
     const { client } = this;
     if (!this.owned || client.status === 'end') return;
+    // Calls made in this turn (the clean-up of an attempt that just failed) leave before QUIT.
+    this.batch?.flush();
     if (client.status !== 'ready') {
       // Connecting or reconnecting: nothing to say goodbye to, and no 'end' to wait for.
       client.disconnect();

@@ -48,6 +48,9 @@ export const grantParts = (grant: LeaseGrant) =>
 
 type LockState = 'held' | 'released' | 'lost';
 
+/** Why a lock whose validity ended without an extension is lost. */
+const LEASE_RAN_OUT = 'its lease ran out before it was extended';
+
 /**
  * A granted lock. Valid until `expiresAt` unless extended; its `signal`
  * aborts (with a {@link LockLostError}) when the lock is lost.
@@ -163,7 +166,10 @@ export class Lock implements AsyncDisposable {
    * automatic extension, whose holder may never read the signal.
    */
   watchExpiry(): void {
-    if (this.state === 'held' && this.expiryTimer === undefined) this.armExpiry();
+    if (this.state !== 'held' || this.expiryTimer !== undefined) return;
+    // Already over (a signal first read after the lease ended): lost now, not a timer later.
+    if (this.validUntil <= performance.now()) this.lost(LEASE_RAN_OUT);
+    else this.armExpiry();
   }
 
   /** @internal Marks the lock lost and aborts its signal with the reason. */
@@ -192,7 +198,7 @@ export class Lock implements AsyncDisposable {
   private armExpiry(): void {
     clearTimeout(this.expiryTimer);
     this.expiryTimer = setTimeout(
-      () => this.lost('its lease ran out before it was extended'),
+      () => this.lost(LEASE_RAN_OUT),
       Math.max(0, this.validUntil - performance.now()),
     );
     this.expiryTimer.unref();

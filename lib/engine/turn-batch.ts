@@ -65,12 +65,15 @@ export class TurnBatch {
   /**
    * Sends the calls of one turn in their order: each run of consecutive lock
    * scripts (up to {@link MAX_BATCH}) as one BATCH command, a lone call or
-   * any other script by itself.
+   * any other script by itself. Also called before the connection closes, so
+   * that the calls of the closing turn (a failed attempt's clean-up) go out
+   * ahead of QUIT; the turn's own flush then finds nothing to send.
    * One command instead of one per call spares the node its per-command work
    * and the client a command object, a promise and a reply each.
    */
-  private readonly flush = (): void => {
+  readonly flush = (): void => {
     const calls = this.pending;
+    if (calls.length === 0) return;
     this.pending = [];
     let i = 0;
     while (i < calls.length) {

@@ -38,6 +38,28 @@ async function engineOn(options: Partial<LockEngineOptions> = {}): Promise<LockE
 }
 afterAll(() => Promise.all(engines.map((e) => e.close({ timeout: 0 }))));
 
+/** Runs `body` with an engine on `up` and `count` more nodes, killed once it has connected. */
+async function withKilledNodes(
+  count: number,
+  up: readonly string[],
+  body: (engine: LockEngine) => Promise<void>,
+): Promise<void> {
+  const down = await startRedisNodes(count);
+  const engine = new LockEngine({
+    nodes: [...up, ...down.map((n) => n.url)],
+    logger: quietLogger(),
+    checkNodes: false,
+  });
+  engines.push(engine);
+  try {
+    await engine.connect();
+    await Promise.all(down.map((n) => n.kill()));
+    await body(engine);
+  } finally {
+    await stopRedisNodes(down);
+  }
+}
+
 async function keysOnNodes(resource: string): Promise<number> {
   const clients = redis.nodes.map((n) => new Redis(n.url));
   try {
@@ -103,6 +125,32 @@ describe('close(): a graceful shutdown', () => {
     expect(await keysOnNodes(resource)).toBe(0);
   });
 
+  it('does not wait for a lock whose lease ran out unreleased: it is lost when its lease ends', async () => {
+    const engine = await engineOn();
+    const lost: LockLostError[] = [];
+    engine.on('lost', ({ error }) => lost.push(error));
+    // Taken and never released (a holder whose work threw before its release).
+    const lock = await engine.tryAcquire(unique('abandoned'), { ttl: 300 });
+    const started = performance.now();
+    await engine.close({ timeout: 10_000 });
+    // Over once the lease ended, not at the shutdown timeout.
+    expect(performance.now() - started).toBeLessThan(5000);
+    expect(lock.isHeld).toBe(false);
+    expect(lost).toHaveLength(1);
+    expect(lost[0].message).toContain('its lease ran out before it was extended');
+    expect(lost[0].message).not.toContain('shut down');
+  });
+
+  it('sends the clean-up of an attempt that just failed before closing the connections', async () => {
+    const resource = unique('partial');
+    await withKilledNodes(2, [redis.nodes[0].url], async (engine) => {
+      // Granted by the one node that is up, short of a quorum of three.
+      await expect(engine.tryAcquire(resource)).rejects.toBeInstanceOf(LockUnavailableError);
+      await engine.close();
+    });
+    expect(await keysOnNodes(resource)).toBe(0);
+  });
+
   it('closes at once with timeout 0, releasing what is still held', async () => {
     const engine = await engineOn();
     const resource = unique('at-once');
@@ -116,16 +164,7 @@ describe('close(): a graceful shutdown', () => {
 
 describe('an outage is not contention', () => {
   it('gives up after unavailableTimeout when every node is down, however long waitTimeout is', async () => {
-    const down = await startRedisNodes(3);
-    const engine = new LockEngine({
-      nodes: down.map((n) => n.url),
-      logger: quietLogger(),
-      checkNodes: false,
-    });
-    engines.push(engine);
-    try {
-      await engine.connect();
-      await Promise.all(down.map((n) => n.kill()));
+    await withKilledNodes(3, [], async (engine) => {
       const started = performance.now();
       const error = await engine.acquire(unique('outage')).catch((e: unknown) => e);
       const took = performance.now() - started;
@@ -135,9 +174,7 @@ describe('an outage is not contention', () => {
       // Every node's outcome is reported, not just enough of them to rule out a quorum.
       expect((error as LockUnavailableError).failures).toHaveLength(3);
       expect((error as Error).message).toContain('but 3 failed');
-    } finally {
-      await stopRedisNodes(down);
-    }
+    });
   });
 
   it('waits the whole waitTimeout for a busy lock', async () => {
@@ -214,6 +251,17 @@ describe('what an operator reads', () => {
     // A signal first read after the loss carries the same reason.
     expect(signal.aborted).toBe(true);
     expect(signal.reason).toBe(lost[0]);
+  });
+
+  it('aborts the signal of a lock first read after its lease ran out, at once', async () => {
+    const engine = await engineOn();
+    const lock = await engine.acquire(unique('read-late'), { ttl: 100 });
+    // Nothing to await: the lease ends by the clock alone while nobody watches it.
+    await new Promise((resolve) => setTimeout(resolve, lock.remainingTime + 20));
+    const { signal } = lock;
+    expect(signal.aborted).toBe(true);
+    expect(signal.reason).toBeInstanceOf(LockLostError);
+    expect((signal.reason as Error).message).toContain('its lease ran out before it was extended');
   });
 
   it('tells using() callers what the final release found', async () => {
