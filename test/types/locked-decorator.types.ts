@@ -9,11 +9,15 @@ import { Observable, of } from 'rxjs';
 import {
   CurrentLock,
   FencingToken,
+  isLockFailure,
+  lockFailureBody,
   Limited,
   Locked,
   LockSignal,
   type Lock,
   type LockableMethod,
+  type LockError,
+  type LockFailureBody,
   type LockedDecorator,
   type LockedGoesOnMethodsOnly,
   type LockedMethodMustReturnAPromiseOrAnObservable,
@@ -273,3 +277,14 @@ void anyFunction;
 // Composed with applyDecorators (which takes Nest's untyped MethodDecorator), through a cast.
 export const LockedPayment = (): MethodDecorator =>
   applyDecorators(Post(':id/pay'), Locked('order:<0>') as MethodDecorator);
+
+// --- Answering lock failures by hand -----------------------------------------------------
+
+// A caught error is unknown: isLockFailure() narrows it, and lockFailureBody() takes it as is.
+export function answerOf(caught: unknown): LockFailureBody | undefined {
+  if (isLockFailure(caught)) {
+    expectType<Equal<typeof caught, LockError>>();
+    return lockFailureBody(caught);
+  }
+  return lockFailureBody(caught);
+}

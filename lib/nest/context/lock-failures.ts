@@ -1,8 +1,8 @@
 import {
   LockBusyError,
+  LockError,
   LockTimeoutError,
   LockUnavailableError,
-  type LockError,
 } from '../../engine/index.js';
 import { LockKeyError } from '../locked/locked.errors.js';
 
@@ -21,9 +21,12 @@ export function markLockFailure<T>(error: T): T {
   return error;
 }
 
-/** True for an error raised while taking a lock, not one the application threw. */
-export function isLockFailure(error: unknown): boolean {
-  return typeof error === 'object' && error !== null && lockFailures.has(error);
+/**
+ * True for an error raised while taking a lock, not one the application threw;
+ * narrows `error` to LockError, so that `lockFailureBody(error)` can follow.
+ */
+export function isLockFailure(error: unknown): error is LockError {
+  return error instanceof LockError && lockFailures.has(error);
 }
 
 /** Failures the service's logger has reported already, so the interceptor does not log them twice. */
@@ -54,7 +57,7 @@ export interface LockFailureBody {
  * the client's concern. It names no resource, class or template: those go to
  * the server's log.
  */
-export function lockFailureBody(error: LockError): LockFailureBody | undefined {
+export function lockFailureBody(error: unknown): LockFailureBody | undefined {
   if (error instanceof LockBusyError) {
     const retry =
       error.retryAfter === undefined ? '' : ` Retry in ${retryAfterSeconds(error.retryAfter)} s.`;
