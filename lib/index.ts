@@ -22,6 +22,7 @@ export {
   LockOptionsError,
   LockConfigurationError,
   type AcquireOptions,
+  type TryAcquireOptions,
   type LockEngineOptions,
   type LockEvents,
   type NodeResults,

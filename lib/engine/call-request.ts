@@ -1,9 +1,11 @@
 import type { EngineContext } from './engine-context.js';
 import { LockOptionsError } from './lock-errors.js';
 import {
+  type AcquireOptions,
   type ResolvedEngineOptions,
   type ResolvedRetry,
   type RetryOptions,
+  type TryAcquireOptions,
   type UsingOptions,
 } from './lock-options.js';
 import { checkMs } from './option-checks.js';
@@ -11,7 +13,29 @@ import type { RoundResult } from './quorum-round.js';
 import { lineLease } from './retry-delay.js';
 
 /** The retry policy of `tryAcquire()`: one attempt. */
-export const SINGLE_ATTEMPT: RetryOptions = Object.freeze({ attempts: 0 });
+const SINGLE_ATTEMPT: RetryOptions = Object.freeze({ attempts: 0 });
+
+/** What a call that waits takes and `tryAcquire()` refuses (see TryAcquireOptions). */
+const WAITING_OPTIONS: readonly string[] = ['waitTimeout', 'retry', 'unavailableTimeout'];
+
+/**
+ * The acquisition of `tryAcquire()`: its options with the one-attempt retry
+ * policy. An option about waiting is refused rather than ignored: a caller
+ * who set one expected a wait it would not get.
+ */
+export function singleAttempt(options: TryAcquireOptions): AcquireOptions {
+  // Not an object: left to checkCallOptions(), which says what to pass.
+  if (options === null || typeof options !== 'object') return options;
+  for (const key of WAITING_OPTIONS) {
+    if (key in options) {
+      throw new LockOptionsError(
+        `tryAcquire() makes one attempt and takes ttl and signal only (got '${key}'); ` +
+          `to wait for the lock, call acquire() with waitTimeout and retry.`,
+      );
+    }
+  }
+  return { ...options, retry: SINGLE_ATTEMPT };
+}
 
 /**
  * Fence counters created with a TTL start at the wall clock in ms times this:

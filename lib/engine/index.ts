@@ -21,6 +21,7 @@ export {
   type LockLogger,
   type LockNodeSpec,
   type RetryOptions,
+  type TryAcquireOptions,
   type UsingOptions,
 } from './lock-options.js';
 export type { LockHealth, LockInspection, NodeHealth, NodeLockState } from './lock-admin.js';

@@ -26,7 +26,7 @@ export type { LeaseGrant, LockOwner } from './lock.js';
 export { judgeInspection } from './lock-admin.js';
 export { retryDelay } from './retry-delay.js';
 // A call's options, checked and resolved the same way by every engine (the in-memory one too).
-export { callTimings, checkCallOptions, SINGLE_ATTEMPT } from './call-request.js';
+export { callTimings, checkCallOptions, singleAttempt } from './call-request.js';
 export { holdWhile, keepAlive } from './lease-renewal.js';
 // The events every engine reports about a call's outcome, the in-memory one too.
 export {

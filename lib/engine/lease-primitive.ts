@@ -1,10 +1,10 @@
 import { acquireWith } from './acquisition.js';
-import { callRequest, fenceSeed, SINGLE_ATTEMPT } from './call-request.js';
+import { callRequest, fenceSeed, singleAttempt } from './call-request.js';
 import type { EngineContext } from './engine-context.js';
 import { type LeaseGrant, type Lock, type LockOwner, type ReleaseResult } from './lock.js';
 import { LockOptionsError, type LockLostError } from './lock-errors.js';
 import type { LockNode } from './lock-node.js';
-import type { AcquireOptions, UsingOptions } from './lock-options.js';
+import type { AcquireOptions, TryAcquireOptions, UsingOptions } from './lock-options.js';
 import type { LuaScript } from './lua-scripts.js';
 import { LeaseAttempts, type LeaseReply, type LeaseRequest } from './lease-attempt.js';
 import { extendLease, releaseLease } from './lease-rounds.js';
@@ -171,8 +171,8 @@ export abstract class LeasePrimitive implements LockOwner {
     return await acquireWith(this.context, request, this.attempts);
   }
 
-  protected tryLease(kind: string, options: Omit<AcquireOptions, 'retry' | 'waitTimeout'> = {}) {
-    return this.acquireLease(kind, { ...options, retry: SINGLE_ATTEMPT });
+  protected async tryLease(kind: string, options: TryAcquireOptions = {}): Promise<Lock> {
+    return this.acquireLease(kind, singleAttempt(options));
   }
 
   protected async usingLease<T>(

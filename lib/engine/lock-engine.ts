@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { acquireWith, nodeResults } from './acquisition.js';
-import { callRequest, SINGLE_ATTEMPT } from './call-request.js';
+import { callRequest, singleAttempt } from './call-request.js';
 import { hideCredentials } from './credentials.js';
 import type { Asking, EngineContext } from './engine-context.js';
 import {
@@ -20,6 +20,7 @@ import { LockAttempts, type LockRequest } from './lock-attempt.js';
 import { LockNode } from './lock-node.js';
 import {
   type AcquireOptions,
+  type TryAcquireOptions,
   type LockEngineOptions,
   type ResolvedEngineOptions,
   type ResolvedRetry,
@@ -201,9 +202,15 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   /** One attempt: the lock, or LockBusyError (with retryAfter) when someone else holds it. */
   tryAcquire(
     resources: string | readonly string[],
-    options: Omit<AcquireOptions, 'retry' | 'waitTimeout'> = {},
+    options: TryAcquireOptions = {},
   ): Promise<Lock> {
-    return this.acquire(resources, { ...options, retry: SINGLE_ATTEMPT });
+    let single: AcquireOptions;
+    try {
+      single = singleAttempt(options);
+    } catch (error) {
+      return Promise.reject(error as Error);
+    }
+    return this.acquire(resources, single);
   }
 
   /**

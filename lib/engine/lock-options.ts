@@ -74,6 +74,13 @@ export interface AcquireOptions {
   unavailableTimeout?: number;
 }
 
+/**
+ * Options of `tryAcquire()`: one attempt, so nothing about waiting or
+ * retrying (`waitTimeout`, `retry` and `unavailableTimeout` are refused:
+ * call `acquire()` to wait).
+ */
+export type TryAcquireOptions = Pick<AcquireOptions, 'ttl' | 'signal'>;
+
 /** Options of `using()`: an acquisition plus automatic extension. */
 export interface UsingOptions extends AcquireOptions {
   /**

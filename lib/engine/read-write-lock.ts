@@ -1,7 +1,7 @@
 import { grantParts, Lock, type LeaseGrant } from './lock.js';
 import { LockOptionsError } from './lock-errors.js';
 import type { LockNode } from './lock-node.js';
-import type { AcquireOptions, UsingOptions } from './lock-options.js';
+import type { AcquireOptions, TryAcquireOptions, UsingOptions } from './lock-options.js';
 import type { LeaseReply, LeaseRequest } from './lease-attempt.js';
 import { LeasePrimitive } from './lease-primitive.js';
 import type { EngineContext } from './engine-context.js';
@@ -67,10 +67,7 @@ export class ReadWriteLock extends LeasePrimitive {
   }
 
   /** One attempt: the hold, or LockBusyError (with retryAfter) when the mode conflicts. */
-  async tryAcquire(
-    mode: LockMode,
-    options?: Omit<AcquireOptions, 'retry' | 'waitTimeout'>,
-  ): Promise<ReadWriteHold> {
+  async tryAcquire(mode: LockMode, options?: TryAcquireOptions): Promise<ReadWriteHold> {
     return (await this.tryLease(checkMode(mode), options)) as ReadWriteHold;
   }
 

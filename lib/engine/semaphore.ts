@@ -1,7 +1,7 @@
 import { grantParts, Lock, type LeaseGrant } from './lock.js';
 import { LockOptionsError } from './lock-errors.js';
 import type { LockNode } from './lock-node.js';
-import type { AcquireOptions, UsingOptions } from './lock-options.js';
+import type { AcquireOptions, TryAcquireOptions, UsingOptions } from './lock-options.js';
 import type { LeaseReply, LeaseRequest } from './lease-attempt.js';
 import { LeasePrimitive } from './lease-primitive.js';
 import type { EngineContext } from './engine-context.js';
@@ -75,7 +75,7 @@ export class Semaphore extends LeasePrimitive {
   }
 
   /** One attempt: a permit, or LockBusyError (with retryAfter) when all are taken. */
-  tryAcquire(options?: Omit<AcquireOptions, 'retry' | 'waitTimeout'>): Promise<Permit> {
+  tryAcquire(options?: TryAcquireOptions): Promise<Permit> {
     return this.tryLease('permit', options) as Promise<Permit>;
   }
 

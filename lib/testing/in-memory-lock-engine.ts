@@ -15,8 +15,9 @@ import {
   reportFailed,
   reportLost,
   reportReleased,
-  SINGLE_ATTEMPT,
+  singleAttempt,
   type AcquireOptions,
+  type TryAcquireOptions,
   type LockEngineOptions,
   type LockError,
   type LockEvents,
@@ -171,11 +172,11 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
   };
 
   /** One attempt: the lock, or LockBusyError (with retryAfter) when someone else holds it. */
-  tryAcquire(
+  async tryAcquire(
     resources: string | readonly string[],
-    options: Omit<AcquireOptions, 'retry' | 'waitTimeout'> = {},
+    options: TryAcquireOptions = {},
   ): Promise<Lock> {
-    return this.acquire(resources, { ...options, retry: SINGLE_ATTEMPT });
+    return this.acquire(resources, singleAttempt(options));
   }
 
   /** Runs `routine` under the lock, extending the lease while it runs; always releases. */

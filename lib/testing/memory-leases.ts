@@ -15,9 +15,10 @@ import {
   Permit,
   ReadWriteHold,
   readWriteBusyMessage,
-  SINGLE_ATTEMPT,
+  singleAttempt,
   semaphoreBusyMessage,
   type AcquireOptions,
+  type TryAcquireOptions,
   type LeaseGrant,
   type Lock,
   type LockMode,
@@ -43,14 +44,8 @@ export class MemoryReadWriteLock extends MemoryLeasePrimitive {
     return (await this.acquireLease(checkMode(mode), options)) as ReadWriteHold;
   }
 
-  async tryAcquire(
-    mode: LockMode,
-    options: Omit<AcquireOptions, 'retry' | 'waitTimeout'> = {},
-  ): Promise<ReadWriteHold> {
-    return (await this.acquireLease(checkMode(mode), {
-      ...options,
-      retry: SINGLE_ATTEMPT,
-    })) as ReadWriteHold;
+  async tryAcquire(mode: LockMode, options: TryAcquireOptions = {}): Promise<ReadWriteHold> {
+    return (await this.acquireLease(checkMode(mode), singleAttempt(options))) as ReadWriteHold;
   }
 
   async using<T>(
@@ -103,8 +98,8 @@ export class MemorySemaphore extends MemoryLeasePrimitive {
     return this.acquireLease('permit', options) as Promise<Permit>;
   }
 
-  tryAcquire(options: Omit<AcquireOptions, 'retry' | 'waitTimeout'> = {}): Promise<Permit> {
-    return this.acquireLease('permit', { ...options, retry: SINGLE_ATTEMPT }) as Promise<Permit>;
+  async tryAcquire(options: TryAcquireOptions = {}): Promise<Permit> {
+    return (await this.acquireLease('permit', singleAttempt(options))) as Permit;
   }
 
   using<T>(routine: (permit: Permit) => T | Promise<T>, options?: UsingOptions): Promise<T> {

@@ -158,11 +158,14 @@ describe('engine calls with bad input', () => {
       );
     });
 
-    it('tryAcquire() checks the same options, whatever else the object carries', async () => {
+    it('tryAcquire() checks ttl and signal the same way, and refuses any option of a wait, valid or not', async () => {
+      // One attempt waits for nothing: an option about waiting is an error, whatever its value.
+      const ofAWait = (name: string) => (field: Field) => wrong(name)(field.value);
       const cases = callOptions({
         ttl: ttlField,
         signal: signalField,
-        waitTimeout: waitTimeoutField,
+        waitTimeout: waitTimeoutField.map(ofAWait('waitTimeout')),
+        retry: retryField.map(ofAWait('retry')),
       });
       await fc.assert(
         fc.asyncProperty(cases, async (c) => {

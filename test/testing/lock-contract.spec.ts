@@ -16,6 +16,8 @@ import {
   LockOptionsError,
   LockTimeoutError,
   LockUnavailableError,
+  readWriteLock,
+  semaphore,
   type LockEngineOptions,
 } from '../../lib/engine/index.js';
 import { InMemoryLockEngine } from '../../lib/testing/index.js';
@@ -403,4 +405,37 @@ describe('the in-memory engine keeps the real engine’s contract', () => {
     );
     await expect(engine.acquire('')).rejects.toThrow('That resource name cannot be used');
   });
+
+  contract(
+    'tryAcquire() refuses the options of a wait rather than ignore them',
+    async ({ engine }) => {
+      const refusal = (key: string) =>
+        new LockOptionsError(
+          `tryAcquire() makes one attempt and takes ttl and signal only (got '${key}'); ` +
+            'to wait for the lock, call acquire() with waitTimeout and retry.',
+        );
+      const rw =
+        engine instanceof LockEngine
+          ? readWriteLock(engine, fresh('rw'))
+          : engine.readWriteLock(fresh('rw'));
+      const permits =
+        engine instanceof LockEngine
+          ? semaphore(engine, fresh('permits'), 2)
+          : engine.semaphore(fresh('permits'), 2);
+      // Plain JavaScript, or a cast: the types already leave these options out.
+      const waiting = { waitTimeout: 1000 } as never;
+      await expect(engine.tryAcquire(fresh('try'), waiting)).rejects.toThrow(
+        refusal('waitTimeout'),
+      );
+      await expect(rw.tryAcquire('read', waiting)).rejects.toThrow(refusal('waitTimeout'));
+      await expect(permits.tryAcquire(waiting)).rejects.toThrow(refusal('waitTimeout'));
+      for (const key of ['retry', 'unavailableTimeout']) {
+        const options = { [key]: key === 'retry' ? { attempts: 3 } : 1000 } as never;
+        await expect(engine.tryAcquire(fresh('try'), options)).rejects.toThrow(refusal(key));
+      }
+      // What it takes still works.
+      const lock = await engine.tryAcquire(fresh('try'), { ttl: 1000 });
+      await lock.release();
+    },
+  );
 });
