@@ -330,7 +330,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     return this.admin.inspect(normalizeResources(resource)[0]);
   }
 
-  /** Resources locked on any node whose name matches `pattern` (a Redis glob, e.g. `order:*`). */
+  /** Resources locked on a quorum of the nodes whose name matches `pattern` (a Redis glob, e.g. `order:*`). */
   list(pattern = '*', limit = 1000): Promise<string[]> {
     return this.admin.list(pattern, limit);
   }

@@ -87,7 +87,10 @@ export class Lock implements AsyncDisposable {
      * token granted before on that resource. Empty when fencing is off.
      */
     readonly tokens: readonly number[],
-    /** The lease in ms that extensions renew. */
+    /**
+     * The lease in ms the lock was granted with: what an extension without a
+     * ttl of its own renews (one with its own ttl does not change it).
+     */
     readonly ttl: number,
     validUntil: number,
   ) {
@@ -109,9 +112,9 @@ export class Lock implements AsyncDisposable {
     return this.state === 'held' ? Math.max(0, this.validUntil - performance.now()) : 0;
   }
 
-  /** Wall-clock time (epoch ms) at which the validity ends, unless extended. */
+  /** Wall-clock time (whole epoch ms, rounded down) at which the validity ends, unless extended. */
   get expiresAt(): number {
-    return Date.now() + (this.validUntil - performance.now());
+    return Math.floor(Date.now() + (this.validUntil - performance.now()));
   }
 
   /** True while the lock is neither released, nor lost, nor past its validity. */

@@ -47,7 +47,7 @@ type Reply = [granted: 0 | 1, value?: number];
  * it and below the token of every write after it.
  *
  * @example
- * const catalogue = engine.readWriteLock('catalogue');
+ * const catalogue = readWriteLock(engine, 'catalogue'); // LockService: locks.readWriteLock('catalogue')
  * await catalogue.using('read', () => render());
  * await catalogue.using('write', (hold) => importFeed(hold.token));
  */

@@ -46,7 +46,7 @@ type Reply = [granted: 0 | 1, slotOrWait?: number, tokenOrHeads?: number | strin
  * one until the permits above the new N are given back (nobody is evicted).
  *
  * @example
- * const payments = engine.semaphore('payments-api', 4);
+ * const payments = semaphore(engine, 'payments-api', 4); // LockService: locks.semaphore('payments-api', 4)
  * await payments.using(() => provider.charge(order));
  */
 export class Semaphore extends LeasePrimitive {

@@ -149,8 +149,8 @@ describe('compileLockKey: values at call time', () => {
   const order = compileLockKey('order:<0>', WHERE, 1);
 
   it.each([
-    ['undefined', undefined, 'is undefined; a lock key takes a string or a number'],
-    ['null', null, 'is null; a lock key takes a string or a number'],
+    ['undefined', undefined, 'is undefined; the method received no value for that argument'],
+    ['null', null, 'is null; the method received no value for that argument'],
     ['an object', { id: 1 }, 'is an object; a lock key takes a string or a number'],
     ['an array', [1, 2], 'is an array; a lock key takes a string or a number'],
     ['a boolean', true, 'is boolean; a lock key takes a string or a number'],
@@ -171,8 +171,17 @@ describe('compileLockKey: values at call time', () => {
 
   it('points an object argument at the property form in its message', () => {
     expect(keyError(() => order.resolve([{ id: 1 }])).message).toContain(
-      'Point the placeholder at a property (<0.id>) or pass a function key.',
+      'Point the placeholder at a property that holds one (such as <0.id>) or pass a function key.',
     );
+  });
+
+  it('asks for the value, not for the property form, when a property the template names is missing', () => {
+    const key = compileLockKey('order:<0.id>', WHERE, 1);
+    const message = keyError(() => key.resolve([{ name: 'no id' }])).message;
+    expect(message).toContain(
+      '<0.id> is undefined; the argument the method received has no value there',
+    );
+    expect(message).not.toContain('Point the placeholder');
   });
 
   it('refuses a path through a missing property as undefined, naming the whole placeholder', () => {

@@ -16,6 +16,7 @@ import {
   type ExceptionFilter,
   type INestApplication,
   type INestApplicationContext,
+  type Provider,
 } from '@nestjs/common';
 import { ContextIdFactory, NestFactory, Reflector } from '@nestjs/core';
 import { ExpressAdapter } from '@nestjs/platform-express';
@@ -31,6 +32,7 @@ import {
   LockEngine,
   LockKeyError,
   Locked,
+  LockOptionsError,
   LockService,
   LockSetupError,
   LockSignal,
@@ -717,6 +719,64 @@ describe('@Locked in an application without RedisLockModule', () => {
     } finally {
       await app.close();
     }
+  });
+});
+
+describe('a lock parameter on a method without @Locked()', () => {
+  @Injectable()
+  class Forgetful {
+    // The fencing token was asked for, the lock forgotten: the method would run unlocked.
+    async charge(id: string, @FencingToken() token?: number) {
+      return `${id}:${token}`;
+    }
+  }
+
+  class Delegating extends Forgetful {}
+
+  @Injectable()
+  class Overriding {
+    @Locked('charge:<0>')
+    async charge(id: string, @FencingToken() token?: number) {
+      return `${id}:${token}`;
+    }
+  }
+
+  // An override that leaves the locking to super's locked method is fine.
+  @Injectable()
+  class Subclass extends Overriding {
+    override async charge(id: string) {
+      return super.charge(id);
+    }
+  }
+
+  async function start(providers: Provider[]): Promise<unknown> {
+    @Module({
+      imports: [RedisLockModule.forRootAsync({ useFactory: () => lockOptions() })],
+      providers,
+    })
+    class ChargeModule {}
+    const app = await NestFactory.createApplicationContext(ChargeModule, { logger: false }).catch(
+      (e: unknown) => e,
+    );
+    if (app instanceof Error) return app;
+    await (app as INestApplicationContext).close();
+    return undefined;
+  }
+
+  it('stops the application at start-up with a LockOptionsError that names the method and says what to add', async () => {
+    const error = await start([Forgetful]);
+    expect(error).toBeInstanceOf(LockOptionsError);
+    expect((error as Error).message).toBe(
+      "Forgetful.charge() has @FencingToken() on its parameter 1, which is filled from the method's lock, " +
+        "but the method has no @Locked() (or @Limited()), so it would run unlocked. Add @Locked('<key>') to the method, " +
+        'or drop @FencingToken().',
+    );
+    // Inherited as is, it is the same mistake.
+    expect(((await start([Delegating])) as Error).message).toContain('Delegating.charge()');
+  });
+
+  it('accepts an override that calls the locked method of its parent', async () => {
+    expect(await start([Subclass])).toBeUndefined();
   });
 });
 

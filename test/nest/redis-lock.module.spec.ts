@@ -160,6 +160,22 @@ describe('RedisLockModule', () => {
     }
   });
 
+  it('says where isGlobal goes when a forRootAsync() factory returns it', async () => {
+    const builder = Test.createTestingModule({
+      imports: [
+        RedisLockModule.forRootAsync({
+          useFactory: () => ({ nodes: nodeUrls(), isGlobal: true }) as never,
+        }),
+      ],
+    });
+    const error = await builder.compile().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LockOptionsError);
+    expect((error as Error).message).toBe(
+      'isGlobal is an option of RedisLockModule.forRootAsync() itself, not of the options its factory returns: ' +
+        'write RedisLockModule.forRootAsync({ isGlobal: true, useFactory: ... }).',
+    );
+  });
+
   it('closes the connections it opened on shutdown and leaves the clients it was given open', async () => {
     const own = new Redis(redis.nodes[0].url);
     const ref = await start([

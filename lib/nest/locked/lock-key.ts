@@ -234,9 +234,18 @@ function encodeValue(
           : typeof value === 'object'
             ? 'an object'
             : typeof value;
+    if (value === undefined || value === null) {
+      // The template already points where the value should be: what is missing is the value.
+      return fail(
+        `is ${kind}`,
+        placeholder.includes('.')
+          ? 'the argument the method received has no value there: make sure callers set it (a required field of the body or DTO), or pass a function key that picks another value.'
+          : 'the method received no value for that argument: make sure callers pass one, or pass a function key that picks another value.',
+      );
+    }
     return fail(
       `is ${kind}`,
-      'a lock key takes a string or a number. Point the placeholder at a property (<0.id>) or pass a function key.',
+      'a lock key takes a string or a number. Point the placeholder at a property that holds one (such as <0.id>) or pass a function key.',
     );
   }
   if (text.length > MAX_KEY_VALUE_LENGTH) {

@@ -1,7 +1,7 @@
 import type { Lock } from '../../engine/index.js';
 import { LOCK_PARAMS_METADATA, type LockParam } from './locked.metadata.js';
 
-function lockParam(pick: (lock: Lock) => unknown): ParameterDecorator {
+function lockParam(decorator: string, pick: (lock: Lock) => unknown): ParameterDecorator {
   return (target, propertyKey, index) => {
     if (propertyKey === undefined) {
       throw new TypeError(
@@ -10,7 +10,12 @@ function lockParam(pick: (lock: Lock) => unknown): ParameterDecorator {
     }
     const params: LockParam[] =
       Reflect.getMetadata(LOCK_PARAMS_METADATA, target, propertyKey) ?? [];
-    Reflect.defineMetadata(LOCK_PARAMS_METADATA, [...params, { index, pick }], target, propertyKey);
+    Reflect.defineMetadata(
+      LOCK_PARAMS_METADATA,
+      [...params, { index, decorator, pick }],
+      target,
+      propertyKey,
+    );
   };
 }
 
@@ -23,7 +28,7 @@ function lockParam(pick: (lock: Lock) => unknown): ParameterDecorator {
  * pay(id: number, @CurrentLock() lock?: Lock) { ... }
  */
 export function CurrentLock(): ParameterDecorator {
-  return lockParam((lock) => lock);
+  return lockParam('CurrentLock', (lock) => lock);
 }
 
 /**
@@ -37,10 +42,10 @@ export function CurrentLock(): ParameterDecorator {
  * }
  */
 export function FencingToken(): ParameterDecorator {
-  return lockParam((lock) => lock.token);
+  return lockParam('FencingToken', (lock) => lock.token);
 }
 
 /** Fills the parameter with the lock's AbortSignal, aborted when the lock is lost. */
 export function LockSignal(): ParameterDecorator {
-  return lockParam((lock) => lock.signal);
+  return lockParam('LockSignal', (lock) => lock.signal);
 }

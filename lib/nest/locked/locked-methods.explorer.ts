@@ -7,10 +7,17 @@ import {
 } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper.js';
+import { LockOptionsError } from '../../engine/index.js';
 import { LockService } from '../module/lock.service.js';
 import { REDIS_LOCK_MODULE_OPTIONS } from '../module/redis-lock.module-definition.js';
 import type { RedisLockModuleOptions } from '../module/redis-lock.options.js';
-import { LOCKED_METADATA, LOCKED_RUNTIME, type LockedRuntime } from './locked.metadata.js';
+import {
+  LOCK_PARAMS_METADATA,
+  LOCKED_METADATA,
+  LOCKED_RUNTIME,
+  type LockedRuntime,
+  type LockParam,
+} from './locked.metadata.js';
 import { checkLockedOptions } from './locked.options.js';
 
 /**
@@ -39,7 +46,7 @@ export class LockedMethodsExplorer implements OnModuleInit, OnApplicationShutdow
   constructor(
     @Inject(DiscoveryService) private readonly discovery: DiscoveryService,
     @Inject(MetadataScanner) private readonly scanner: MetadataScanner,
-    @Inject(LockService) service: LockService,
+    @Inject(LockService) private readonly service: LockService,
     @Inject(REDIS_LOCK_MODULE_OPTIONS) options: RedisLockModuleOptions,
   ) {
     this.runtime = Object.freeze({
@@ -50,13 +57,26 @@ export class LockedMethodsExplorer implements OnModuleInit, OnApplicationShutdow
     });
   }
 
-  onModuleInit(): void {
+  async onModuleInit(): Promise<void> {
+    try {
+      this.setUpLockedClasses();
+    } catch (error) {
+      // A class that cannot start: the application fails, and its connections must not outlive it.
+      await this.service.close({ timeout: 0 });
+      throw error;
+    }
+  }
+
+  private setUpLockedClasses(): void {
     const locked = new Map<object, boolean>();
     const prototypes = new Set<object>();
     for (const wrapper of [...this.discovery.getControllers(), ...this.discovery.getProviders()]) {
       const prototype = this.prototypeOf(wrapper);
       if (!prototype) continue;
-      if (!locked.has(prototype)) locked.set(prototype, this.hasLockedMethods(prototype));
+      if (!locked.has(prototype)) {
+        const className = (prototype.constructor as { name?: string } | undefined)?.name;
+        locked.set(prototype, this.hasLockedMethods(prototype, className || String(wrapper.name)));
+      }
       if (!locked.get(prototype)) continue;
       // One class can back several singletons (provided in two modules, or under two tokens).
       const { instance } = wrapper;
@@ -103,12 +123,33 @@ export class LockedMethodsExplorer implements OnModuleInit, OnApplicationShutdow
     return typeof metatype === 'function' && !inject ? (metatype.prototype as object) : undefined;
   }
 
-  private hasLockedMethods(prototype: object): boolean {
-    return this.scanner
-      .getAllMethodNames(prototype)
-      .some((name) =>
-        Reflect.hasMetadata(LOCKED_METADATA, (prototype as Record<string, object>)[name]),
-      );
+  /**
+   * Whether any method of the class is locked. Throws for a method with a lock
+   * parameter (`@FencingToken()`, say) but no `@Locked()` or `@Limited()`: it
+   * would run unlocked, with nothing in that parameter.
+   */
+  private hasLockedMethods(prototype: object, className: string): boolean {
+    let found = false;
+    for (const name of this.scanner.getAllMethodNames(prototype)) {
+      if (Reflect.hasMetadata(LOCKED_METADATA, (prototype as Record<string, object>)[name])) {
+        found = true;
+        continue;
+      }
+      // The class that defines the method: an override may leave the locking to super's.
+      let owner: object | null = prototype;
+      while (owner && !Object.hasOwn(owner, name)) owner = Object.getPrototypeOf(owner) as object;
+      const params = (owner && Reflect.getOwnMetadata(LOCK_PARAMS_METADATA, owner, name)) as
+        readonly LockParam[] | undefined;
+      if (params?.length) {
+        const { decorator, index } = params[0];
+        throw new LockOptionsError(
+          `${className}.${name}() has @${decorator}() on its parameter ${index}, which is filled from the method's lock, ` +
+            `but the method has no @Locked() (or @Limited()), so it would run unlocked. Add @Locked('<key>') to the method, ` +
+            `or drop @${decorator}().`,
+        );
+      }
+    }
+    return found;
   }
 }
 

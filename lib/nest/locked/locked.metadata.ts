@@ -12,6 +12,8 @@ export const LOCK_PARAMS_METADATA = 'redis-lock:params';
 /** A parameter that `@CurrentLock()`, `@FencingToken()` or `@LockSignal()` fills in. */
 export interface LockParam {
   readonly index: number;
+  /** The parameter decorator's name, for messages: `FencingToken`. */
+  readonly decorator: string;
   readonly pick: (lock: Lock) => unknown;
 }
 

@@ -2,6 +2,7 @@ import { Logger, type BeforeApplicationShutdown, type OnApplicationShutdown } fr
 import {
   LockEngine,
   readWriteLock,
+  LockOptionsError,
   rejectUnknownOptions,
   semaphore,
   type ReadWriteLock,
@@ -37,7 +38,8 @@ const MODULE_OPTION_KEYS = [
  *
  * async pay(orderId: number) {
  *   return this.locks.using(`order:${orderId}`, async (lock) => {
- *     await this.orders.markPaid(orderId, lock.token);
+ *     // token: a number while fencing is on (the default), undefined with fencing: false.
+ *     await this.orders.markPaid(orderId, lock.token!);
  *   });
  * }
  */
@@ -46,6 +48,13 @@ export class LockService
   implements BeforeApplicationShutdown, OnApplicationShutdown
 {
   constructor(options: RedisLockModuleOptions) {
+    // forRoot() keeps isGlobal for itself; here it came from what a forRootAsync() factory returned.
+    if ((options as { isGlobal?: unknown } | undefined)?.isGlobal !== undefined) {
+      throw new LockOptionsError(
+        'isGlobal is an option of RedisLockModule.forRootAsync() itself, not of the options its factory returns: ' +
+          'write RedisLockModule.forRootAsync({ isGlobal: true, useFactory: ... }).',
+      );
+    }
     rejectUnknownOptions('RedisLockModule options', options, MODULE_OPTION_KEYS);
     // The Nest-only options are read by the module; the engine checks the rest.
     const {
