@@ -52,7 +52,10 @@ async function holdUntil(engine: LockEngine, lock: Lock, holdEnd: number): Promi
   if (!lock.isHeld) return;
   // The nodes end the hold by themselves now: a shutdown must neither wait for it nor cut it short.
   engine.leaveToExpire(lock);
-  // Just before the validity ends, so that the lock is released rather than reported lost.
+  // Its holder is done with it: the lease ending is the plan, not a loss to report, however late
+  // the timer below fires (it stops the lock's own watch of its lease too).
+  lock.released();
+  // Deletes the keys when the hold is over, and wakes the waiters, as a release does.
   const timer = setTimeout(
     () => void lock.release().catch(() => undefined),
     Math.max(0, lock.validUntil - 1 - performance.now()),
