@@ -14,9 +14,11 @@ import {
   LockService,
   LockSetupError,
   Locked,
+  LockOptionsError,
   RedisLockModule,
   isLockFailure,
 } from '../../lib/index.js';
+import { readWriteLock, semaphore } from '../../lib/engine/index.js';
 import { InMemoryLockEngine, RedisLockTestingModule } from '../../lib/testing/index.js';
 
 @Injectable()
@@ -93,6 +95,27 @@ describe('RedisLockTestingModule', () => {
       .catch((e: unknown) => e);
     expect(fromService).toBeInstanceOf(LockBusyError);
     expect(isLockFailure(fromService)).toBe(true);
+  });
+
+  it('runs readWriteLock(locks, ...) and semaphore(locks, ...), as the README writes them, on the in-memory engine', async () => {
+    const moduleRef = await compile({
+      imports: [RedisLockTestingModule.forRoot()],
+      providers: [Payments],
+    });
+    await moduleRef.init();
+    const { locks } = moduleRef.get(Payments);
+    const catalogue = readWriteLock(locks, 'catalogue');
+    expect(await catalogue.using('read', () => 'page')).toBe('page');
+    const permits = semaphore(locks, 'payments-api', 1);
+    const held = await permits.acquire();
+    await expect(permits.tryAcquire()).rejects.toBeInstanceOf(LockBusyError);
+    await held.release();
+    // Anything else is refused with what to pass.
+    expect(() => readWriteLock({} as never, 'catalogue')).toThrow(
+      new LockOptionsError(
+        'readWriteLock() takes a LockEngine, or the LockService Nest injects (got an object).',
+      ),
+    );
   });
 
   it('gives HTTP handlers the lock-context interceptor: 409 with Retry-After', async () => {
