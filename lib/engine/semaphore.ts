@@ -1,5 +1,6 @@
 import { grantParts, Lock, type LeaseGrant } from './lock.js';
 import { LockOptionsError } from './lock-errors.js';
+import { describe } from './option-checks.js';
 import type { LockNode } from './lock-node.js';
 import type { AcquireOptions, TryAcquireOptions, UsingOptions } from './lock-options.js';
 import type { LeaseReply, LeaseRequest } from './lease-attempt.js';
@@ -146,7 +147,7 @@ export class Semaphore extends LeasePrimitive {
 export function checkPermits(name: string, permits: unknown): void {
   if (!Number.isInteger(permits) || (permits as number) < 1 || (permits as number) > MAX_PERMITS) {
     throw new LockOptionsError(
-      `A semaphore has a whole number of permits from 1 to ${MAX_PERMITS} (got ${String(permits)} for '${name}').`,
+      `A semaphore has a whole number of permits from 1 to ${MAX_PERMITS} (got ${describe(permits)} for '${name}').`,
     );
   }
 }

@@ -363,6 +363,12 @@ describe('the nestjs-redis-lock command line', () => {
         });
         expect(await a.cli('GET', `${prefix}fence`)).toBe(String(first.token));
         expect(await a.cli('PTTL', `${prefix}fence`)).toBe('-1');
+        // Said in words too: the raised node counter is not one of the counters that expire.
+        await a.flushAll();
+        const told = await cli(['reseed', '--prefix', prefix, ...nodes()]);
+        expect(told.stdout).toContain(
+          "(matching '*'; raised per-resource counters live 1 h 0 min; a node's own counter never expires).",
+        );
         // The next grant can only come from A and C, and goes on from the last token.
         await b.kill();
         const next = await counting.acquire(unique('other'), { waitTimeout: 10_000 });

@@ -385,11 +385,14 @@ describe('@Locked(key, { mode }) and @Limited() options', () => {
       Locked('x:<0>', { mode: 'read', holdAtLeast: 1000 }) as MethodDecorator,
     );
     expect(withMode).toThrow(LockOptionsError);
-    expect(withMode).toThrow(/Drop holdAtLeast/);
+    expect(withMode).toThrow(/Drop holdAtLeast, or lock without a mode\./);
     const limited = decorate(
       Limited('x:<0>', { permits: 2, holdAtLeast: 1000 }) as MethodDecorator,
     );
-    expect(limited).toThrow(/a semaphore releases when the method ends/);
+    // @Limited() has no mode to leave out: the plain lock is @Locked().
+    expect(limited).toThrow(
+      /a semaphore releases when the method ends\. Drop holdAtLeast, or use @Locked\(\) \(a plain lock\)\./,
+    );
   });
 
   it.each([[0], [1.5], [MAX_PERMITS + 1], ['2'], [undefined]])(

@@ -715,6 +715,10 @@ describe('@Locked in an application without RedisLockModule', () => {
       expect(error).toBeInstanceOf(LockSetupError);
       expect((error as Error).message).toContain('UnwiredService.run is @Locked()');
       expect((error as Error).message).toContain('Import RedisLockModule.forRoot()');
+      // The same error in a test that compiled its module but did not init() it.
+      expect((error as Error).message).toContain(
+        'In a test, call init() on the compiled testing module',
+      );
       expect(service.runs).toBe(0);
     } finally {
       await app.close();

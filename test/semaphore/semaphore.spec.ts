@@ -145,6 +145,8 @@ describe('semaphores', () => {
   it('says what to change for a wrong number of permits', () => {
     expect(() => semaphore(a, 'x', 0)).toThrow(LockOptionsError);
     expect(() => semaphore(a, 'x', 1.5)).toThrow(/whole number of permits from 1 to/);
+    // A number in a string is named as a string (from an environment variable, say).
+    expect(() => semaphore(a, 'x', '4' as never)).toThrow(/\(got '4' for 'x'\)/);
   });
 
   it('grants, refuses and numbers single attempts as an in-memory semaphore does', async () => {

@@ -45,7 +45,8 @@ export async function release(context: CommandContext): Promise<number> {
   if (kind === undefined) {
     if (held.length > 1) {
       throw new UsageError(
-        `'${resource}' has a ${held.join(' and a ')}: say which to release, e.g. ${BIN} release '${resource}' --kind ${held[0]}`,
+        `'${resource}' has a ${held.map((k) => (k === 'read-write' ? 'read-write lock' : k)).join(' and a ')}: ` +
+          `say which to release, e.g. ${BIN} release '${resource}' --kind ${held[0]}`,
       );
     }
     kind = held[0] ?? (request.holder === undefined ? 'lock' : undefined);

@@ -78,13 +78,13 @@ export async function reseed(context: CommandContext): Promise<number> {
   term.print();
   const lifetime =
     request.fenceCounterTtl === 0
-      ? 'never expire'
-      : `live ${formatDuration(request.fenceCounterTtl)}`;
+      ? 'raised counters never expire'
+      : `raised per-resource counters live ${formatDuration(request.fenceCounterTtl)}; a node's own counter never expires`;
   term.print(
     total === 0
       ? `Every fence counter matching '${pattern}' was already at its highest value on every node.`
       : `Raised ${plural(total, 'fence counter')} to the highest value any node had ` +
-          `(matching '${pattern}'; raised counters ${lifetime}).`,
+          `(matching '${pattern}'; ${lifetime}).`,
   );
   return EXIT_OK;
 }

@@ -179,7 +179,7 @@ function checkLease(
   if (holdAtLeast !== undefined) {
     throw new LockOptionsError(
       `${label} on ${where}: holdAtLeast keeps an exclusive lock after the method returned; ${what} ` +
-        'releases when the method ends. Drop holdAtLeast, or lock without a mode.',
+        `releases when the method ends. Drop holdAtLeast, or ${kind === 'permit' ? 'use @Locked() (a plain lock)' : 'lock without a mode'}.`,
     );
   }
   if (Array.isArray(key) && key.length > 1) {

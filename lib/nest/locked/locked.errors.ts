@@ -24,7 +24,8 @@ export class LockSetupError extends LockError {
     super(
       `${where} is @${decorator}(), but no RedisLockModule has set up its class, so it will not run unlocked. ` +
         'Import RedisLockModule.forRoot() (or forRootAsync()) in the application, and get the instance from Nest ' +
-        '(inject it; an object made with `new` is not managed by Nest).',
+        '(inject it; an object made with `new` is not managed by Nest). In a test, call init() on the compiled ' +
+        'testing module (or the app) first: RedisLockModule and RedisLockTestingModule set classes up on init.',
     );
   }
 }
