@@ -72,7 +72,7 @@ export interface EngineContext {
     round: RoundResult<unknown>,
   ): void;
   /** A renewal that a quorum counted, for the `extended` event. */
-  extended(lock: Lock, started: number, round: RoundResult<unknown>): void;
+  extended(lock: Lock, started: number, round: RoundResult<unknown>, ttl: number): void;
   /** A release done on the nodes: warnings for the nodes it missed, the event, and the books. */
   released(lock: Lock, result: ReleaseResult, started: number, round: RoundResult<unknown>): void;
   /** A held lock that was lost: the books and the event. */

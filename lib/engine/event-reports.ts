@@ -109,9 +109,15 @@ export function reportExtended<R>(
   started: number,
   round: R,
   results: (round: R) => NodeResults,
+  ttl: number,
 ): void {
   if (engine.listenerCount('extended') === 0) return;
-  engine.emit('extended', { lock, duration: performance.now() - started, nodes: results(round) });
+  engine.emit('extended', {
+    lock,
+    ttl,
+    duration: performance.now() - started,
+    nodes: results(round),
+  });
 }
 
 /** A lock was lost: its lease ran out, or another value took its keys. */

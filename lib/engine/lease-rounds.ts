@@ -44,7 +44,7 @@ export async function extendLease(
   const renewed = start + ttl - context.drift(ttl);
   if (round.yes >= quorum && performance.now() < lock.validUntil) {
     lock.renewed(renewed);
-    context.extended(lock, start, round);
+    context.extended(lock, start, round, leaseTtl);
     return lock;
   }
   // The new lease may have been set on nodes whose answer came too late or never: a shorter

@@ -165,7 +165,8 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       granted: (request, lock, attempts, round) => this.granted(request, lock, attempts, round),
       contended: (request, attempt, retryAfter, round) =>
         reportContended(this, request, attempt, retryAfter, round, nodeResults),
-      extended: (lock, started, round) => reportExtended(this, lock, started, round, nodeResults),
+      extended: (lock, started, round, ttl) =>
+        reportExtended(this, lock, started, round, nodeResults, ttl),
       released: (lock, result, started, round) => this.released(lock, result, started, round),
       lost: (lock, error) => this.lockLost(lock, error as LockLostError),
     };

@@ -57,8 +57,11 @@ export interface LockEvents {
       nodes: NodeResults | undefined;
     },
   ];
-  /** A lease was renewed; `duration` is the ms the extension took. */
-  extended: [event: { lock: Lock; duration: number; nodes: NodeResults }];
+  /**
+   * A lease was renewed; `ttl` is the lease in ms it set (the lock's own, or
+   * the one given to `extend()`), `duration` the ms the extension took.
+   */
+  extended: [event: { lock: Lock; ttl: number; duration: number; nodes: NodeResults }];
   /** A lock was lost: its lease ran out or another value took its keys. `held`: ms since the grant. */
   lost: [event: { lock: Lock; error: LockLostError; held: number }];
   /**

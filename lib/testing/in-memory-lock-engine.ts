@@ -204,7 +204,7 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
     if (round.yes >= this.quorum) {
       lock.renewed(start + ttl - drift(this.options, ttl));
       // No time passes on the in-memory nodes: the extension took none.
-      reportExtended(this, lock, performance.now(), round, results);
+      reportExtended(this, lock, performance.now(), round, results, ttl);
       return lock;
     }
     if (round.no > this.nodes.length - this.quorum) {

@@ -406,6 +406,21 @@ describe('the in-memory engine keeps the real engine’s contract', () => {
     await expect(engine.acquire('')).rejects.toThrow('That resource name cannot be used');
   });
 
+  contract('the extended event gives the lease the extension set', async ({ engine }) => {
+    const lock = await engine.acquire(fresh('extended'), { ttl: 1000 });
+    const ttls: number[] = [];
+    const onExtended = ({ ttl }: { ttl: number }) => void ttls.push(ttl);
+    engine.on('extended', onExtended);
+    try {
+      await lock.extend(3000);
+      await lock.extend();
+    } finally {
+      engine.off('extended', onExtended);
+    }
+    expect(ttls).toEqual([3000, 1000]);
+    await lock.release();
+  });
+
   contract(
     'tryAcquire() refuses the options of a wait rather than ignore them',
     async ({ engine }) => {

@@ -85,8 +85,8 @@ export function logLockEvents(engine: LockEngine, logger: LockLogger, level: Loc
         (retryAfter === undefined ? '.' : ` (held for ${ms(retryAfter)} more).`),
     ),
   );
-  engine.on('extended', ({ lock, duration }) =>
-    debug(`Extended ${describeLock(lock)} by ${ms(lock.ttl)} in ${ms(duration)}.`),
+  engine.on('extended', ({ lock, ttl, duration }) =>
+    debug(`Extended ${describeLock(lock)} by ${ms(ttl)} in ${ms(duration)}.`),
   );
   engine.on('released', ({ lock, result, held }) =>
     debug(
