@@ -10,6 +10,7 @@ import {
 import {
   LockAbortedError,
   LockBusyError,
+  LockOptionsError,
   LockTimeoutError,
   LockUnavailableError,
   type Lock,
@@ -111,6 +112,12 @@ export function instrumentLocks(
   engine: LockEngine,
   options: LockTelemetryOptions = {},
 ): LockTelemetry {
+  const given = engine as Partial<LockEngine> | null | undefined;
+  if (typeof given?.on !== 'function' || !Array.isArray(given.nodes)) {
+    throw new LockOptionsError(
+      'instrumentLocks() takes a LockEngine, or the LockService Nest injects (app.get(LockService)).',
+    );
+  }
   const tracer =
     options.tracer === false
       ? undefined

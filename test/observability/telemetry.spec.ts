@@ -25,7 +25,7 @@ import {
   type ReadableSpan,
 } from '@opentelemetry/sdk-trace-base';
 import { Redis } from 'ioredis';
-import { LockBusyError, LockEngine } from '../../lib/engine/index.js';
+import { LockBusyError, LockEngine, LockOptionsError } from '../../lib/engine/index.js';
 import {
   instrumentLocks,
   type LockTelemetry,
@@ -276,6 +276,16 @@ describe('OpenTelemetry through instrumentLocks()', () => {
     expect(otel.finished()).toEqual([]);
     expect(await otel.total('lock.held')).toBe(0);
     await plain.close();
+  });
+
+  it('says what to pass when given something that is not an engine', () => {
+    for (const wrong of [{}, undefined, { on: () => undefined }]) {
+      expect(() => instrumentLocks(wrong as never)).toThrow(
+        new LockOptionsError(
+          'instrumentLocks() takes a LockEngine, or the LockService Nest injects (app.get(LockService)).',
+        ),
+      );
+    }
   });
 
   it('records spans only with meter: false, and metrics only with tracer: false', async () => {
