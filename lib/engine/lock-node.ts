@@ -104,7 +104,7 @@ export class LockNode {
       this.topology = 'server';
       this.label = serverLabel(client);
     }
-    client.on('error', (error: Error) => (this.lastError = error));
+    client.on('error', (error: Error) => (this.lastError = withCause(error)));
     client.on('ready', () => (this.lastError = undefined));
     this.scripts = new ScriptLoader(client, this.topology === 'cluster', () => this.servers());
     this.batch = batched ? new TurnBatch(this.scripts.run) : undefined;
@@ -290,6 +290,17 @@ export class LockNode {
  */
 export function closeSentinelWatch(client: Redis): void {
   if (client.options.failoverDetector) client.disconnect();
+}
+
+/**
+ * A cluster client's error with what its last seed answered: its own message
+ * alone ("Failed to refresh slots cache.") reads as a network problem even
+ * where the seed answered, e.g. a server that is not in cluster mode.
+ */
+function withCause(error: Error): Error {
+  const last = (error as { lastNodeError?: unknown }).lastNodeError;
+  if (!(last instanceof Error) || error.message.includes(last.message)) return error;
+  return new Error(`${error.message} (${last.message})`, { cause: error });
 }
 
 /** `host:port` of one server connection (a cluster's master, say). */

@@ -181,6 +181,15 @@ describe('connection checks on real nodes', () => {
     ]);
   });
 
+  it('says what the seed answered when a server that is not a cluster is given as one', async () => {
+    const warnings = await warningsFor([{ cluster: [safe.nodes[0].url] }], { checkNodes: false });
+    expect(warnings).toEqual([
+      expect.stringMatching(
+        /^1 of 1 node\(s\) unreachable at start-up \(cluster .*: Failed to refresh slots cache\. \(.*cluster support disabled\)\)/,
+      ),
+    ]);
+  });
+
   it('skips the configuration checks with checkNodes: false, but still reports unreachable nodes', async () => {
     const [risky, oneDown] = await Promise.all([
       warningsFor([safe.nodes[0], safe.nodes[0], noAof, lru], { checkNodes: false }),
