@@ -191,13 +191,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
    * is heard, with the retry delay as a fallback.
    */
   acquire(resources: string | readonly string[], options: AcquireOptions = {}): Promise<Lock> {
-    let request: LockRequest;
-    try {
-      request = this.request(resources, options);
-    } catch (error) {
-      return Promise.reject(error as Error);
-    }
-    return acquireWith(this.context, request, this.attempts);
+    return this.begin(resources, options, false);
   }
 
   /** One attempt: the lock, or LockBusyError (with retryAfter) when someone else holds it. */
@@ -205,13 +199,22 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     resources: string | readonly string[],
     options: TryAcquireOptions = {},
   ): Promise<Lock> {
-    let single: AcquireOptions;
+    return this.begin(resources, options, true);
+  }
+
+  /** An acquisition, one attempt or waiting; bad input rejects (never throws) like the rest. */
+  private begin(
+    resources: string | readonly string[],
+    options: AcquireOptions,
+    single: boolean,
+  ): Promise<Lock> {
+    let request: LockRequest;
     try {
-      single = singleAttempt(options);
+      request = this.request(resources, single ? singleAttempt(options) : options);
     } catch (error) {
       return Promise.reject(error as Error);
     }
-    return this.acquire(resources, single);
+    return acquireWith(this.context, request, this.attempts);
   }
 
   /**
