@@ -13,6 +13,8 @@ import type {
  */
 export interface SqliteDatabase {
   prepare(source: string): { all(...params: unknown[]): unknown[] };
+  /** better-sqlite3's: `update()` commits its claim and write as one transaction with it. */
+  transaction?(fn: () => unknown): () => unknown;
 }
 
 /**
@@ -73,10 +75,31 @@ export class SqliteFencedTable<R extends FencedRow = FencedRow> {
     throw this.sql.refusal('write', key, token, found, expect);
   }
 
-  /** Claim, compute, write, synchronously; see {@link FencedTable.update}. */
+  /**
+   * Claim, compute, write, synchronously; see {@link FencedTable.update}.
+   * Both statements commit as one transaction (a savepoint inside the
+   * caller's): one commit instead of two, and no other connection's write
+   * between them. A `change` that throws leaves the claim committed, as a
+   * claim on its own does.
+   */
   update(key: RowKey, token: number, change: (row: R) => Partial<R>): R {
-    const row = this.claim(key, token);
-    return this.write(key, token, change(row));
+    const { db } = this;
+    if (typeof db.transaction !== 'function')
+      return this.write(key, token, change(this.claim(key, token)));
+    let failed: { error: unknown } | undefined;
+    const written = db.transaction(() => {
+      const row = this.claim(key, token);
+      let values: Partial<R>;
+      try {
+        values = change(row);
+      } catch (error) {
+        failed = { error };
+        return undefined;
+      }
+      return this.write(key, token, values);
+    })() as R | undefined;
+    if (failed) throw failed.error;
+    return written!;
   }
 
   private run({ sql, params }: SqlStatement): FencedRow[] {

@@ -358,3 +358,58 @@ describe.each(stores)('fenced rows through $name', (store) => {
     );
   });
 });
+
+describe('update() through better-sqlite3', () => {
+  const store = stores.find(({ name }) => name === 'better-sqlite3')!;
+
+  it('commits its claim and its write as one transaction: another connection sees neither until both', async () => {
+    const name = await productsTable(store);
+    const other = new Database(sqlite.name, { readonly: true });
+    try {
+      const seen: unknown[] = [];
+      const written = sqliteFence<Product>(sqlite, { table: name }).update({ id: 1 }, 5, (row) => {
+        seen.push(other.prepare(`SELECT stock, last_token FROM ${name} WHERE id = 1`).get());
+        return { stock: row.stock - 1 };
+      });
+      expect(seen).toEqual([{ stock: 10, last_token: 0 }]);
+      expect(written).toMatchObject({ stock: 9, last_token: 5 });
+      expect(other.prepare(`SELECT stock, last_token FROM ${name} WHERE id = 1`).get()).toEqual({
+        stock: 9,
+        last_token: 5,
+      });
+    } finally {
+      other.close();
+    }
+  });
+
+  it('keeps the claim of a change that throws, and passes its error on', async () => {
+    const name = await productsTable(store);
+    const failure = new Error('payment declined');
+    expect(() =>
+      sqliteFence<Product>(sqlite, { table: name }).update({ id: 1 }, 6, () => {
+        throw failure;
+      }),
+    ).toThrow(failure);
+    expect(await stockOf(store, name)).toEqual({ stock: 10, token: 6 });
+  });
+
+  it('runs inside the caller’s transaction, whose rollback takes both back', async () => {
+    const name = await productsTable(store);
+    const table = sqliteFence<Product>(sqlite, { table: name });
+    const sale = sqlite.transaction(() => {
+      table.update({ id: 1 }, 8, (row) => ({ stock: row.stock - 1 }));
+      throw ROLLBACK;
+    });
+    expect(() => sale()).toThrow(ROLLBACK);
+    expect(await stockOf(store, name)).toEqual({ stock: 10, token: 0 });
+  });
+
+  it('works on a database given as `prepare` alone, one statement at a time', async () => {
+    const name = await productsTable(store);
+    const bare = { prepare: (source: string) => sqlite.prepare(source) };
+    const written = sqliteFence<Product>(bare, { table: name }).update({ id: 1 }, 9, (row) => ({
+      stock: row.stock - 2,
+    }));
+    expect(written).toMatchObject({ stock: 8, last_token: 9 });
+  });
+});
