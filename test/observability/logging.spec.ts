@@ -14,6 +14,7 @@ import { ExpressAdapter } from '@nestjs/platform-express';
 import { Redis } from 'ioredis';
 import {
   LockBusyError,
+  LockClosingError,
   LockEngine,
   LockOptionsError,
   LockService,
@@ -168,6 +169,45 @@ describe('log lines through the Nest Logger', () => {
       "logging must be 'warn' (the default: lost locks and outages), 'debug' (every acquisition and release too) or false (got 'info').",
     );
   });
+
+  it.each([['warn' as const], [false as const]])(
+    'logs only the first acquisition refused during a shutdown, as a warning, and the 503s answered meanwhile as no error (logging: %s)',
+    async (logging) => {
+      const logs = new LogCapture();
+      const http = await NestFactory.create(
+        appModule({ nodes: redis.nodes.map((n) => n.url), logging }, true),
+        new ExpressAdapter(),
+        { logger: logs },
+      );
+      app = http;
+      await http.listen(0, '127.0.0.1');
+      const base = (await http.getUrl()).replace('[::1]', '127.0.0.1');
+      const locks = http.get(LockService);
+      // A lock still held keeps the drain going while requests arrive.
+      const held = await locks.acquire(unique('drain'));
+      const draining = locks.drain(10_000);
+      const statuses: number[] = [];
+      for (const id of [`d${counter}`, `e${counter}`])
+        statuses.push((await fetch(`${base}/jobs/${id}`)).status);
+      await expect(locks.tryAcquire(unique('late'))).rejects.toBeInstanceOf(LockClosingError);
+      expect(statuses).toEqual([503, 503]);
+      await held.release();
+      await draining;
+      const lines = logs.of('RedisLock').map((l) => [l.level, l.message]);
+      expect(lines).toEqual(
+        logging === false
+          ? []
+          : [
+              [
+                'warn',
+                expect.stringMatching(
+                  /^Shutting down: new locks are refused \(503 over HTTP\) until the lock service has stopped; the first was 'job:d\d+', the others are logged at debug level\.$/,
+                ),
+              ],
+            ],
+      );
+    },
+  );
 
   describe('during an outage (two nodes of three down)', () => {
     let down: RedisNodeProcess[];

@@ -11,7 +11,7 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { Observable } from 'rxjs';
-import { LockError } from '../../engine/index.js';
+import { LockClosingError, LockError } from '../../engine/index.js';
 import {
   GRAPHQL_CONTEXT_ARG,
   isServerSideLockFailure,
@@ -123,7 +123,9 @@ export class LockContextInterceptor implements NestInterceptor {
     if (!body) return error;
     // The client hears little; the operator hears what it needs to act.
     // LockService logs outages itself unless its `logging` is off.
-    if (body.statusCode === 503 && !wasLogged(error)) this.logger.error(error.message);
+    // A refusal during shutdown is the drain at work: the service's logger notes the first one.
+    if (body.statusCode === 503 && !wasLogged(error) && !(error instanceof LockClosingError))
+      this.logger.error(error.message);
     else if (body.statusCode === 400) this.logger.warn(error.message);
     const type = context.getType<string>();
     if (type === 'http') {
@@ -151,7 +153,8 @@ export class LockContextInterceptor implements NestInterceptor {
    */
   protected async toGraphQLError(error: LockError, _context: ExecutionContext): Promise<unknown> {
     if (isServerSideLockFailure(error)) {
-      if (!wasLogged(error)) this.logger.error(error.message);
+      if (!wasLogged(error) && !(error instanceof LockClosingError))
+        this.logger.error(error.message);
     } else if (error instanceof LockKeyError) this.logger.warn(error.message);
     const { message, extensions } = lockGraphQLErrorBody(error);
     // Loaded here, on the first GraphQL lock failure: only GraphQL apps have the package.

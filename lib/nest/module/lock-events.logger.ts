@@ -1,6 +1,7 @@
 import {
   LockBusyError,
   LockAbortedError,
+  LockClosingError,
   LockConfigurationError,
   LockOptionsError,
   LockUnavailableError,
@@ -15,8 +16,9 @@ import type {} from '../scheduling/skipped-run.event.js';
 /**
  * What the module logs about locks as they are used (start-up checks and
  * releases that missed a node are always warned about):
- * - `'warn'`: lost locks (warn) and acquisitions that failed because the
- *   nodes did not answer or are set up unsafely (error);
+ * - `'warn'`: lost locks (warn), acquisitions that failed because the
+ *   nodes did not answer or are set up unsafely (error), and the first
+ *   acquisition refused because the engine shuts down (warn);
  * - `'debug'`: also one debug line per acquisition, contention, extension,
  *   release, busy or aborted acquisition, and skipped run of a scheduled job;
  * - `false`: none of these.
@@ -55,8 +57,18 @@ export function logLockEvents(engine: LockEngine, logger: LockLogger, level: Loc
     logger.warn(`${describeLock(lock)} lost after ${ms(held)}: ${error.message}`),
   );
   const debug = level === 'debug' && logger.debug ? logger.debug.bind(logger) : undefined;
+  let closingLogged = false;
   engine.on('failed', ({ error }) => {
-    if (error instanceof LockUnavailableError || error instanceof LockConfigurationError) {
+    if (error instanceof LockClosingError) {
+      // A shutdown refusing new locks is the drain working, not an outage: one line, not one per request.
+      if (!closingLogged) {
+        closingLogged = true;
+        logger.warn(
+          `Shutting down: new locks are refused (503 over HTTP) until the lock service has stopped; the first was ${describeResources(error.resources)}, the others are logged at debug level.`,
+        );
+      } else debug?.(error.message);
+      markLogged(error);
+    } else if (error instanceof LockUnavailableError || error instanceof LockConfigurationError) {
       logger.error(error.message);
       markLogged(error);
     } else if (error instanceof LockBusyError || error instanceof LockAbortedError) {
