@@ -197,6 +197,13 @@ describe('compileLockKey: values at call time', () => {
     expect(keyError(() => order.resolve([])).message).toContain('<0> is undefined');
   });
 
+  it("keys on a parameter's default value through a key function with the same default", () => {
+    // A template reads the arguments as passed (above); a function applies its own defaults.
+    const withDefault = compileLockKey((id = 'all') => `report:${id}`, WHERE, 1);
+    expect(withDefault.resolve([])).toEqual(['report:all']);
+    expect(withDefault.resolve(['7'])).toEqual(['report:7']);
+  });
+
   it(`accepts values up to ${MAX_KEY_VALUE_LENGTH} characters and refuses longer ones`, () => {
     const longest = 'v'.repeat(MAX_KEY_VALUE_LENGTH);
     expect(order.resolve([longest])).toEqual([`order:${longest}`]);
