@@ -57,7 +57,9 @@ export function checkToken(token: number): void {
   if (!Number.isSafeInteger(token) || token <= 0) {
     throw new LockOptionsError(
       `A fencing token is a positive integer below 2^53 (lock.token, @FencingToken()); got ${String(token)}. ` +
-        'A lock has no token when the engine runs with fencing: false.',
+        (token === undefined
+          ? 'An undefined token comes from a lock taken with fencing: false, or from LockContext.token read outside a locked call (no lock held there).'
+          : 'A lock has no token when the engine runs with fencing: false.'),
     );
   }
 }

@@ -350,8 +350,9 @@ describe.each(stores)('fenced rows through $name', (store) => {
     expect(() => store.fence({ table: 'products; DROP TABLE x' })).toThrow(LockOptionsError);
     const table = store.fence({ table: await productsTable(store) });
     await expect(table.claim({ id: 1 }, undefined as unknown as number)).rejects.toThrow(
-      /fencing: false/,
+      /fencing: false, or from LockContext\.token read outside a locked call/,
     );
+    await expect(table.claim({ id: 1 }, 0)).rejects.toThrow(/got 0\. A lock has no token when/);
     await expect(table.claim({}, 1)).rejects.toThrow(/name the row/);
     await expect(table.write({ id: 1 }, 1, { last_token: 5 } as Partial<Product>)).rejects.toThrow(
       /token column/,
