@@ -20,6 +20,7 @@ import {
 } from '@nestjs/common';
 import { ContextIdFactory, NestFactory, Reflector } from '@nestjs/core';
 import { ExpressAdapter } from '@nestjs/platform-express';
+import { Redis } from 'ioredis';
 import { Observable, type Subscriber } from 'rxjs';
 import {
   CurrentLock,
@@ -815,6 +816,91 @@ describe('@Locked in two applications of one process', () => {
     // With neither application left, nothing sets the class up: it fails closed again.
     await expect(new ScopedWorker().work('w1')).rejects.toBeInstanceOf(LockSetupError);
   });
+});
+
+describe('@Locked with RedisLockModule registered more than once in one application', () => {
+  /** A service whose locked method reports which of the first two nodes hold its lock's key. */
+  function reporter(name: string) {
+    @Injectable()
+    class Reporter {
+      @Locked('report:<0>', { wait: false })
+      async nodesHolding(id: string): Promise<number[]> {
+        return Promise.all(clients.map((c) => c.exists(`lock:{report:${id}}`)));
+      }
+    }
+    Object.defineProperty(Reporter, 'name', { value: name });
+    return Reporter;
+  }
+  const onNode = (i: number) =>
+    RedisLockModule.forRoot({ nodes: [redis.nodes[i].url], logger: quietLogger() });
+  let clients: Redis[];
+  let app: INestApplicationContext | undefined;
+
+  beforeAll(() => {
+    clients = redis.nodes.slice(0, 2).map((n) => new Redis(n.url));
+  });
+  afterEach(async () => {
+    await app?.close();
+    app = undefined;
+  });
+  afterAll(() => Promise.all(clients.map((c) => c.quit())));
+
+  it('locks each class with the registration its own module imports, directly or re-exported, and else the global one', async () => {
+    const [A, B, C, Root] = ['A', 'B', 'C', 'Root'].map(reporter);
+    const registrationA = onNode(0);
+    @Module({ imports: [registrationA], providers: [A] })
+    class FeatureA {}
+    @Module({ imports: [onNode(1)], exports: [RedisLockModule] })
+    class SharedB {}
+    @Module({ imports: [SharedB], providers: [B] })
+    class FeatureB {}
+    @Module({ imports: [SharedB], providers: [C] })
+    class FeatureC {}
+    @Module({
+      imports: [{ ...onNode(0), global: true }, FeatureA, FeatureB, FeatureC],
+      providers: [Root],
+    })
+    class AppModule {}
+    app = await NestFactory.createApplicationContext(AppModule, { logger: false });
+    await expect(app.get(A).nodesHolding('1')).resolves.toEqual([1, 0]);
+    await expect(app.get(B).nodesHolding('2')).resolves.toEqual([0, 1]);
+    await expect(app.get(C).nodesHolding('3')).resolves.toEqual([0, 1]);
+    await expect(app.get(Root).nodesHolding('4')).resolves.toEqual([1, 0]);
+  });
+
+  it.each([
+    ['imports both', 'several'],
+    ['imports neither', 'none'],
+  ])(
+    'stops the start when a class with @Locked() methods %s, naming it and saying what to import',
+    async (_case, seen) => {
+      const Torn = reporter('Torn');
+      const [first, second] = [onNode(0), onNode(1)];
+      @Module({ imports: [first] })
+      class UsesFirst {}
+      @Module({ imports: [second] })
+      class UsesSecond {}
+      @Module({ imports: seen === 'several' ? [first, second] : [], providers: [Torn] })
+      class TornModule {}
+      @Module({ imports: [UsesFirst, UsesSecond, TornModule] })
+      class AppModule {}
+      const started = NestFactory.createApplicationContext(AppModule, {
+        logger: false,
+        abortOnError: false,
+      });
+      const error = (await started.then(
+        (context) => context.close(),
+        (e: unknown) => e,
+      )) as Error;
+      expect(error).toBeInstanceOf(LockOptionsError);
+      expect(error.message).toMatch(
+        new RegExp(
+          `^RedisLockModule is registered 2 times in this application \\(nodes 127\\.0\\.0\\.1:\\d+; nodes 127\\.0\\.0\\.1:\\d+\\), and Torn \\(in TornModule\\) has @Locked\\(\\) methods but its module can inject ${seen} of them`,
+        ),
+      );
+      expect(error.message).toContain('Import exactly one registration into that module');
+    },
+  );
 });
 
 describe('@Locked templates checked when the class is defined', () => {

@@ -7,6 +7,7 @@ import {
 } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper.js';
+import type { Module } from '@nestjs/core/injector/module.js';
 import { LockOptionsError } from '../../engine/index.js';
 import { LockService } from '../module/lock.service.js';
 import { REDIS_LOCK_MODULE_OPTIONS } from '../module/redis-lock.module-definition.js';
@@ -40,6 +41,8 @@ export class LockedMethodsExplorer implements OnModuleInit, OnApplicationShutdow
   private readonly instances: object[] = [];
   private readonly prototypes: object[] = [];
   private readonly logger = new Logger('RedisLock');
+  /** Every registration of the module in this application, this one included. */
+  private registrations: LockedMethodsExplorer[] = [this];
 
   // Every dependency is named: the package must not rely on the compiler that builds the app
   // (or runs it, as tsx and esbuild do) emitting decorator metadata.
@@ -61,18 +64,26 @@ export class LockedMethodsExplorer implements OnModuleInit, OnApplicationShutdow
     try {
       this.setUpLockedClasses();
     } catch (error) {
-      // A class that cannot start: the application fails, and its connections must not outlive it.
-      // (A stand-in put in LockService's place may close differently, or not at all.)
-      const service = this.service as Partial<LockService>;
-      await Promise.resolve(service.close?.({ timeout: 0 })).catch(() => undefined);
+      // A class that cannot start: the application fails, and its connections (those of every
+      // registration) must not outlive it.
+      await Promise.all(this.registrations.map((explorer) => explorer.closeService()));
       throw error;
     }
+  }
+
+  private async closeService(): Promise<void> {
+    // A stand-in put in LockService's place may close differently, or not at all.
+    const service = this.service as Partial<LockService>;
+    await Promise.resolve(service.close?.({ timeout: 0 })).catch(() => undefined);
   }
 
   private setUpLockedClasses(): void {
     const locked = new Map<object, boolean>();
     const prototypes = new Set<object>();
-    for (const wrapper of [...this.discovery.getControllers(), ...this.discovery.getProviders()]) {
+    const providers = this.discovery.getProviders();
+    const registrations = providers.filter((w) => w.instance instanceof LockedMethodsExplorer);
+    this.registrations = registrations.map((w) => w.instance as LockedMethodsExplorer);
+    for (const wrapper of [...this.discovery.getControllers(), ...providers]) {
       const prototype = this.prototypeOf(wrapper);
       if (!prototype) continue;
       if (!locked.has(prototype)) {
@@ -80,6 +91,7 @@ export class LockedMethodsExplorer implements OnModuleInit, OnApplicationShutdow
         locked.set(prototype, this.hasLockedMethods(prototype, className || String(wrapper.name)));
       }
       if (!locked.get(prototype)) continue;
+      if (registrations.length > 1 && !this.isMine(wrapper, registrations)) continue;
       // One class can back several singletons (provided in two modules, or under two tokens).
       const { instance } = wrapper;
       if (
@@ -101,6 +113,40 @@ export class LockedMethodsExplorer implements OnModuleInit, OnApplicationShutdow
         );
       }
     }
+  }
+
+  /**
+   * With several registrations of the module in one application, which one a
+   * class's `@Locked()` methods lock with: the one its own module can inject
+   * (imported there or re-exported by an imported module; failing that, the
+   * global one), as its LockService would be. A class that sees none or several of them fails the
+   * start: locking through whichever registration came last would let two
+   * instances hold "the same" lock on different nodes.
+   */
+  private isMine(wrapper: InstanceWrapper, registrations: readonly InstanceWrapper[]): boolean {
+    const host = wrapper.host;
+    // A registration imported into the module is the one Nest injects there, ahead of a global one.
+    const imported = registrations.filter(
+      (r) => r.host && !r.host.isGlobal && host && canInject(host, r.host),
+    );
+    const seen = imported.length > 0 ? imported : registrations.filter((r) => r.host?.isGlobal);
+    if (seen.length === 1) return seen[0].instance === this;
+    const list = registrations
+      .map((r) => (r.instance as LockedMethodsExplorer).describeNodes())
+      .join('; ');
+    const where = `${String(wrapper.name)} (in ${host?.metatype?.name ?? 'an unknown module'})`;
+    throw new LockOptionsError(
+      `RedisLockModule is registered ${registrations.length} times in this application (${list}), and ${where} has ` +
+        `@Locked() methods but its module can inject ${seen.length === 0 ? 'none' : 'several'} of them, so it is not ` +
+        'clear which nodes its locks belong on. Import exactly one registration into that module (or re-export it ' +
+        'from a shared module), or register the module once, with isGlobal: true.',
+    );
+  }
+
+  /** This registration's nodes, for the messages above. */
+  private describeNodes(): string {
+    const nodes = (this.service as Partial<LockService>).nodes;
+    return nodes ? `nodes ${nodes.map((node) => node.label).join(', ')}` : 'a stand-in LockService';
   }
 
   onApplicationShutdown(): void {
@@ -165,4 +211,27 @@ function setRuntime(target: object, runtime: LockedRuntime | undefined): void {
   } else {
     delete (target as Record<symbol, unknown>)[LOCKED_RUNTIME];
   }
+}
+
+/**
+ * Whether a provider of `host` can inject what `registration` exports, as
+ * Nest resolves it: in the module itself, an imported one, or one that an
+ * imported module re-exports (at any depth).
+ */
+function canInject(host: Module, registration: Module): boolean {
+  if (host === registration) return true;
+  const seen = new Set<Module>();
+  const reExports = (module: Module): boolean => {
+    if (seen.has(module)) return false;
+    seen.add(module);
+    for (const inner of module.imports) {
+      if (!inner?.metatype || !module.exports.has(inner.metatype)) continue;
+      if (inner === registration || reExports(inner)) return true;
+    }
+    return false;
+  };
+  for (const imported of host.imports) {
+    if (imported === registration || (imported && reExports(imported))) return true;
+  }
+  return false;
 }
