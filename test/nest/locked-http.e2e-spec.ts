@@ -131,6 +131,20 @@ class OrdersController {
     return interval(20).pipe(map((n) => ({ data: { id, n } })));
   }
 
+  /** The usual Nest style: the return type left to inference, so no design:returntype. */
+  @Sse(':id/events-inferred')
+  @Locked('order:<0>')
+  eventsInferred(@Param('id', ParseIntPipe) id: number) {
+    return interval(20).pipe(map((n): MessageEvent => ({ data: { id, n } })));
+  }
+
+  /** Answers at once when busy: by then the SSE response has sent its headers. */
+  @Sse(':id/events-now')
+  @Locked('order:<0>', { wait: false })
+  eventsNow(@Param('id', ParseIntPipe) id: number): Observable<MessageEvent> {
+    return interval(20).pipe(map((n) => ({ data: { id, n } })));
+  }
+
   @Post(':id/long')
   // A lease that a stall of the test machine cannot outlast between two extensions (a 200 ms
   // one was lost under load, and the test then waited for extensions that never came).
@@ -287,26 +301,53 @@ describe.each(platforms)('@Locked on HTTP handlers (%s)', (_name, adapter) => {
     await (await locks.tryAcquire('order:601')).release();
   });
 
-  it('releases the lock of a streaming (SSE) handler when the client goes away', async () => {
-    const released = deferred<void>();
-    const onReleased = ({ lock }: { lock: { resources: readonly string[] } }) => {
-      if (lock.resources[0] === 'order:602') released.resolve();
-    };
-    locks.on('released', onReleased);
-    const controller = new AbortController();
-    const response = await fetch(`${base}/orders/602/events`, { signal: controller.signal });
+  it.each([
+    ['declared to return an Observable', 'events', 602],
+    ['with its return type inferred', 'events-inferred', 604],
+  ])(
+    'streams the events of an SSE handler %s under the lock, and releases it when the client goes away',
+    async (_how, path, id) => {
+      const released = deferred<void>();
+      const onReleased = ({ lock }: { lock: { resources: readonly string[] } }) => {
+        if (lock.resources[0] === `order:${id}`) released.resolve();
+      };
+      locks.on('released', onReleased);
+      const controller = new AbortController();
+      const response = await fetch(`${base}/orders/${id}/${path}`, { signal: controller.signal });
+      try {
+        const reader = response.body!.getReader();
+        let received = '';
+        while (!received.includes(`"id":${id}`))
+          received += new TextDecoder().decode((await reader.read()).value);
+        await expect(locks.tryAcquire(`order:${id}`)).rejects.toMatchObject({ code: 'LOCK_BUSY' });
+      } finally {
+        controller.abort();
+      }
+      await released.promise;
+      locks.off('released', onReleased);
+      await (await locks.tryAcquire(`order:${id}`)).release();
+    },
+  );
+
+  it('answers a busy SSE handler with the busy message: an error event once its headers are gone, else a 409', async () => {
+    const held = await locks.acquire('order:603');
     try {
-      const reader = response.body!.getReader();
-      let received = '';
-      while (!received.includes('"id":602'))
-        received += new TextDecoder().decode((await reader.read()).value);
-      await expect(locks.tryAcquire('order:602')).rejects.toMatchObject({ code: 'LOCK_BUSY' });
+      const response = await fetch(`${base}/orders/603/events-now`);
+      // Fastify may not have sent the stream's headers yet when the lock answers: then a plain 409.
+      if (response.status === 409) {
+        expect(response.headers.get('retry-after')).toMatch(/^\d+$/);
+        expect(await response.json()).toMatchObject({ code: 'LOCK_BUSY' });
+        return;
+      }
+      expect(response.status).toBe(200);
+      const text = await response.text();
+      expect(text).toContain('event: error');
+      expect(text).toMatch(
+        /data: Busy: another request holds the lock on this resource\. Retry in \d+ s\./,
+      );
     } finally {
-      controller.abort();
+      await held.release();
     }
-    await released.promise;
-    locks.off('released', onReleased);
-    await (await locks.tryAcquire('order:602')).release();
   });
 
   it('keeps a handler that outlives its lease covered by extension', async () => {

@@ -943,6 +943,22 @@ describe('@Locked templates checked when the class is defined', () => {
       '@Locked() on PaymentsService.pay: <1> is a lock parameter, filled in after locking; it cannot be part of the key.',
     );
   });
+
+  it('throws for a return type that the metadata gives as Function (a type-only import), saying to import it as a value', () => {
+    expect(() => {
+      class FeedService {
+        @Locked('feed:<0>')
+        // What tsc writes for `stream(id: string): Observable<string>` with `import { type Observable }`.
+        @Reflect.metadata('design:returntype', Function)
+        stream(id: string): Observable<string> {
+          return handDriven(id);
+        }
+      }
+      void FeedService;
+    }).toThrow(
+      /^@Locked\(\) on FeedService\.stream: its return type reads as Function in the decorator metadata, .*import the return type as a value \(`import \{ Observable \} from 'rxjs'`\)\.$/,
+    );
+  });
 });
 
 describe('RedisLockModule locked defaults', () => {

@@ -164,8 +164,10 @@ export class LockContextInterceptor implements NestInterceptor {
 
   protected setRetryAfter(context: ExecutionContext, retryAfterMs: number): void {
     const adapter = this.adapterHost?.httpAdapter;
-    const response = context.switchToHttp().getResponse<unknown>();
-    if (adapter && response)
+    const response = context.switchToHttp().getResponse<{ raw?: object } | undefined>();
+    // A stream (SSE) has sent its headers before the lock answered: its client gets an error event.
+    const raw = (response?.raw ?? response) as { headersSent?: boolean } | undefined;
+    if (adapter && response && !raw?.headersSent)
       adapter.setHeader(response, 'Retry-After', String(retryAfterSeconds(retryAfterMs)));
   }
 }

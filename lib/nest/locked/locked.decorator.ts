@@ -121,10 +121,18 @@ function decorateLocked<KeyArgs extends unknown[]>(
       }
     }
     const returnType = Reflect.getMetadata('design:returntype', target, propertyKey) as unknown;
-    const streams =
+    if (returnType === Function) {
+      throw new TypeError(
+        `${label} on ${where}: its return type reads as Function in the decorator metadata, which TypeScript ` +
+          'writes for a class imported as a type only (`import type { Observable }` or `{ type Observable }`). ' +
+          `${label}() reads it to tell a stream from a Promise: import the return type as a value ` +
+          "(`import { Observable } from 'rxjs'`).",
+      );
+    }
+    const declaredStream =
       returnType === Observable ||
       (typeof returnType === 'function' && returnType.prototype instanceof Observable);
-    if (streams && method.options.holdAtLeast !== undefined) {
+    if (declaredStream && method.options.holdAtLeast !== undefined) {
       throw new TypeError(
         `${label} on ${where}: holdAtLeast applies to methods that return a value or a Promise, and this one ` +
           'returns an Observable. Return a Promise (e.g. lastValueFrom(stream)), or drop holdAtLeast.',
@@ -137,6 +145,7 @@ function decorateLocked<KeyArgs extends unknown[]>(
         ...args: unknown[]
       ): unknown {
         const runtime = this?.[LOCKED_RUNTIME];
+        const streams = (method.streams ??= declaredStream || isSse(wrapper));
         if (!runtime) {
           const error = new LockSetupError(where, decorator);
           return streams
@@ -188,6 +197,13 @@ function checkLease(
         'Use one template, or take several exclusive locks with @Locked([...]) and no mode.',
     );
   }
+}
+
+/** What Nest's `@Sse()` marks its handlers with. */
+const SSE_METADATA = '__sse__';
+
+function isSse(method: object): boolean {
+  return Reflect.getMetadata(SSE_METADATA, method) === true;
 }
 
 /** What `@Subscription()` of @nestjs/graphql marks its methods with (read without loading it). */

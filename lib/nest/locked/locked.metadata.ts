@@ -57,6 +57,12 @@ export interface LockedMethod {
    * above `@Locked()` decorates the wrapper after `@Locked()` has run.
    */
   subscription?: boolean;
+  /**
+   * Whether it returns an Observable, held until the stream ends: declared so,
+   * or an `@Sse()` handler (whose return type may be left to inference). Known
+   * at the first call, for the same reason.
+   */
+  streams?: boolean;
   /** Its options merged with the defaults of the application that called it last. */
   merged?: { readonly defaults: LockedDefaults; readonly options: MergedLockedOptions };
 }
