@@ -382,10 +382,11 @@ describe('the npm package: packed, then installed in a fresh Nest 12 app', () =>
   it('is a small tarball', () => {
     // The package, its CLI, health, telemetry, fenced-write and testing entry points (with
     // in-memory read-write locks and semaphores), read-write locks, semaphores, leaders and a
-    // long README (about 750 kB unpacked, 490 of them JS): a guard against shipping something by
-    // mistake (sources, tests, maps), not a tight budget.
-    expect(packed.size).toBeLessThan(240_000);
-    expect(packed.unpackedSize).toBeLessThan(800_000);
+    // long README (about 800 kB unpacked, 520 of them JS with its comments, 250 the typings with
+    // their JSDoc): a guard against shipping something by mistake (sources, tests, maps: each
+    // would add hundreds of kB), not a tight budget.
+    expect(packed.size).toBeLessThan(260_000);
+    expect(packed.unpackedSize).toBeLessThan(860_000);
   });
 
   it('ships every entry point that package.json names, and the command-line tool', () => {
