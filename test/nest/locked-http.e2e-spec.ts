@@ -138,6 +138,14 @@ class OrdersController {
     return interval(20).pipe(map((n): MessageEvent => ({ data: { id, n } })));
   }
 
+  /** An async handler: its Promise resolves to the stream. */
+  @Sse(':id/events-async')
+  @Locked('order:<0>')
+  async eventsAsync(@Param('id', ParseIntPipe) id: number) {
+    await Promise.resolve();
+    return interval(20).pipe(map((n): MessageEvent => ({ data: { id, n } })));
+  }
+
   /** Answers at once when busy: by then the SSE response has sent its headers. */
   @Sse(':id/events-now')
   @Locked('order:<0>', { wait: false })
@@ -304,6 +312,7 @@ describe.each(platforms)('@Locked on HTTP handlers (%s)', (_name, adapter) => {
   it.each([
     ['declared to return an Observable', 'events', 602],
     ['with its return type inferred', 'events-inferred', 604],
+    ['that is async, its Promise resolving to the stream', 'events-async', 605],
   ])(
     'streams the events of an SSE handler %s under the lock, and releases it when the client goes away',
     async (_how, path, id) => {

@@ -32,6 +32,7 @@ import {
   LockContextInterceptor,
   LockEngine,
   LockKeyError,
+  LockLostError,
   Locked,
   LockOptionsError,
   LockService,
@@ -411,6 +412,26 @@ describe('@Locked on provider methods', () => {
       expect(tornDown.has('f2')).toBe(true);
       await released;
       await expectFree('feed:f2');
+    });
+
+    it('ends the stream of an Observable method with LockLostError once its lock is lost, and tears the source down', async () => {
+      const values: string[] = [];
+      const ended = deferred<unknown>();
+      inventory.watch('f5').subscribe({
+        next: (value) => values.push(value),
+        error: (error: unknown) => ended.resolve(error),
+        complete: () => ended.resolve('completed'),
+      });
+      const source = await subscriberOf('f5').promise;
+      source.next('before');
+      const lost = nextLockEvent(locks, 'lost', 'feed:f5');
+      // Released from outside (the CLI's release does this): the next extension finds it gone.
+      await locks.forceRelease('feed:f5');
+      await lost;
+      expect(await ended.promise).toBeInstanceOf(LockLostError);
+      expect(tornDown.has('f5')).toBe(true);
+      source.next('after');
+      expect(values).toEqual(['before']);
     });
 
     it('releases the lock of an Observable method whose stream errors, before the error reaches the subscriber', async () => {

@@ -1,4 +1,4 @@
-import { from, isObservable, Observable, type Subscription } from 'rxjs';
+import { from, isObservable, mergeMap, Observable, of, type Subscription } from 'rxjs';
 import { LockBusyError, type Lock } from '../../engine/index.js';
 import { lockStorage } from '../context/lock-context.js';
 import { markLockFailure } from '../context/lock-failures.js';
@@ -35,9 +35,23 @@ export function lockedStream(
     const abandoned = new AbortController();
     let failure: { error: unknown } | undefined;
     const run = (lock: Lock) =>
-      new Promise<void>((resolve) => {
+      new Promise<void>((settle) => {
+        if (closed) return settle();
+        // The stream is ours to stop: one that outlives its lock (lost, taken over, released from
+        // outside, or held past a shutdown's timeout) ends with the lock's LockLostError.
+        const { signal } = lock;
+        const resolve = () => {
+          signal.removeEventListener('abort', onLost);
+          settle();
+        };
+        const onLost = () => {
+          failure ??= { error: signal.reason };
+          inner?.unsubscribe();
+          resolve();
+        };
         stop = resolve;
-        if (closed) return resolve();
+        if (signal.aborted) return onLost();
+        signal.addEventListener('abort', onLost, { once: true });
         lockStorage.run(enter(method, p, engine, lock, args), () => {
           try {
             inner = toObservable(method.original.apply(self, args)).subscribe({
@@ -86,6 +100,10 @@ export function lockedStream(
   });
 }
 
+/** A method's result as a stream: an Observable, or a Promise of one (an `async` handler's). */
 function toObservable(value: unknown): Observable<unknown> {
-  return isObservable(value) ? value : from(Promise.resolve(value));
+  if (isObservable(value)) return value;
+  return from(Promise.resolve(value)).pipe(
+    mergeMap((settled) => (isObservable(settled) ? settled : of(settled))),
+  );
 }

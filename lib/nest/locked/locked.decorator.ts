@@ -125,7 +125,7 @@ function decorateLocked<KeyArgs extends unknown[]>(
       throw new TypeError(
         `${label} on ${where}: its return type reads as Function in the decorator metadata, which TypeScript ` +
           'writes for a class imported as a type only (`import type { Observable }` or `{ type Observable }`). ' +
-          `${label}() reads it to tell a stream from a Promise: import the return type as a value ` +
+          `${label} reads it to tell a stream from a Promise: import the return type as a value ` +
           "(`import { Observable } from 'rxjs'`).",
       );
     }
