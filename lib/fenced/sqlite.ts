@@ -1,3 +1,4 @@
+import { LockOptionsError } from '../engine/lock-errors.js';
 import { FencedSql } from './fenced-sql.js';
 import type {
   FencedRow,
@@ -80,18 +81,19 @@ export class SqliteFencedTable<R extends FencedRow = FencedRow> {
    * Both statements commit as one transaction (a savepoint inside the
    * caller's): one commit instead of two, and no other connection's write
    * between them. A `change` that throws leaves the claim committed, as a
-   * claim on its own does.
+   * claim on its own does (unless the caller's transaction rolls back).
+   * `change` is synchronous, as the driver is: a Promise from it is refused.
    */
   update(key: RowKey, token: number, change: (row: R) => Partial<R>): R {
     const { db } = this;
     if (typeof db.transaction !== 'function')
-      return this.write(key, token, change(this.claim(key, token)));
+      return this.write(key, token, computed(change, this.claim(key, token)));
     let failed: { error: unknown } | undefined;
     const written = db.transaction(() => {
       const row = this.claim(key, token);
       let values: Partial<R>;
       try {
-        values = change(row);
+        values = computed(change, row);
       } catch (error) {
         failed = { error };
         return undefined;
@@ -111,4 +113,16 @@ export class SqliteFencedTable<R extends FencedRow = FencedRow> {
     }
     return prepared.all(...params) as FencedRow[];
   }
+}
+
+/** A synchronous `change`'s values: a Promise would be written as no values at all. */
+function computed<R extends FencedRow>(change: (row: R) => Partial<R>, row: R): Partial<R> {
+  const values: unknown = change(row);
+  if (typeof (values as { then?: unknown } | null)?.then === 'function') {
+    throw new LockOptionsError(
+      "sqliteFence's update() is synchronous, as better-sqlite3 is: its change must return the values, not a Promise. " +
+        'For async work, claim(), await the work, then write().',
+    );
+  }
+  return values as Partial<R>;
 }

@@ -394,6 +394,18 @@ describe('update() through better-sqlite3', () => {
     expect(await stockOf(store, name)).toEqual({ stock: 10, token: 6 });
   });
 
+  it('refuses a change that returns a Promise, which it would write as no values, keeping the claim', async () => {
+    const name = await productsTable(store);
+    const table = sqliteFence<Product>(sqlite, { table: name });
+    const asyncChange = (async (row: Product) => ({ stock: row.stock - 1 })) as unknown as (
+      row: Product,
+    ) => Partial<Product>;
+    expect(() => table.update({ id: 1 }, 4, asyncChange)).toThrow(
+      /update\(\) is synchronous, as better-sqlite3 is: .* For async work, claim\(\), await the work, then write\(\)\./,
+    );
+    expect(await stockOf(store, name)).toEqual({ stock: 10, token: 4 });
+  });
+
   it('runs inside the caller’s transaction, whose rollback takes both back', async () => {
     const name = await productsTable(store);
     const table = sqliteFence<Product>(sqlite, { table: name });
