@@ -1,6 +1,7 @@
 import { Logger, Module, type DynamicModule, type OnApplicationShutdown } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
 import type { LockLogger } from '../engine/index.js';
+import { rejectUnknownOptions } from '../engine/internal.js';
 import {
   checkLockedOptions,
   checkLogging,
@@ -9,6 +10,7 @@ import {
   LOCKING_PROVIDERS,
   logLockEvents,
   LockService,
+  MODULE_OPTION_KEYS,
   REDIS_LOCK_MODULE_OPTIONS,
   type LockedDefaults,
   type LockLogging,
@@ -87,6 +89,7 @@ export class RedisLockTestingModule {
           provide: LockService,
           // Checked when the module starts, with RedisLockModule's messages.
           useFactory: () => {
+            rejectUnknownOptions('RedisLockTestingModule options', options, MODULE_OPTION_KEYS);
             checkLockedOptions('RedisLockTestingModule locked defaults', locked, false);
             return new TestingLockService(engineOptions);
           },

@@ -182,4 +182,13 @@ describe('RedisLockTestingModule', () => {
       }),
     ).rejects.toThrow('RedisLockTestingModule locked defaults');
   });
+
+  it('names itself when refusing an unknown option, as RedisLockModule does', async () => {
+    await expect(
+      compile({
+        imports: [RedisLockTestingModule.forRoot({ ttll: 5000 } as never)],
+        providers: [Payments],
+      }),
+    ).rejects.toThrow(/^RedisLockTestingModule options has no option 'ttll'/);
+  });
 });

@@ -18,8 +18,9 @@ import type { RedisLockModuleOptions } from './redis-lock.options.js';
 /**
  * The options RedisLockModule reads itself, besides the engine's: each of the
  * module's own options named once (`isGlobal` is the module builder's).
+ * @internal Shared with the testing module, which checks the same options.
  */
-const MODULE_OPTION_KEYS = [
+export const MODULE_OPTION_KEYS = [
   ...Object.keys({
     locked: true,
     contextInterceptor: true,
