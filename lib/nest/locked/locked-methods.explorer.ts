@@ -119,9 +119,9 @@ export class LockedMethodsExplorer implements OnModuleInit, OnApplicationShutdow
    * With several registrations of the module in one application, which one a
    * class's `@Locked()` methods lock with: the one its own module can inject
    * (imported there or re-exported by an imported module; failing that, the
-   * global one), as its LockService would be. A class that sees none or several of them fails the
-   * start: locking through whichever registration came last would let two
-   * instances hold "the same" lock on different nodes.
+   * global one), as its LockService would be. A class that sees none or
+   * several of them fails the start: locking through whichever registration
+   * came last would let two instances hold "the same" lock on different nodes.
    */
   private isMine(wrapper: InstanceWrapper, registrations: readonly InstanceWrapper[]): boolean {
     const host = wrapper.host;
