@@ -119,6 +119,8 @@ export class SqliteFencedTable<R extends FencedRow = FencedRow> {
 function computed<R extends FencedRow>(change: (row: R) => Partial<R>, row: R): Partial<R> {
   const values: unknown = change(row);
   if (typeof (values as { then?: unknown } | null)?.then === 'function') {
+    // Refused, not awaited: its own failure, if any, must not surface as an unhandled rejection.
+    (values as PromiseLike<unknown>).then(undefined, () => undefined);
     throw new LockOptionsError(
       "sqliteFence's update() is synchronous, as better-sqlite3 is: its change must return the values, not a Promise. " +
         'For async work, claim(), await the work, then write().',

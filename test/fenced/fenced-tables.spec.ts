@@ -404,6 +404,20 @@ describe('update() through better-sqlite3', () => {
       /update\(\) is synchronous, as better-sqlite3 is: .* For async work, claim\(\), await the work, then write\(\)\./,
     );
     expect(await stockOf(store, name)).toEqual({ stock: 10, token: 4 });
+    // One that fails later fails where nobody listens: it must not end the process.
+    const failing = (async () => {
+      throw new Error('late');
+    }) as unknown as (row: Product) => Partial<Product>;
+    let unhandled: unknown;
+    const onUnhandled = (reason: unknown) => (unhandled = reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      expect(() => table.update({ id: 1 }, 5, failing)).toThrow(LockOptionsError);
+      await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+    expect(unhandled).toBeUndefined();
   });
 
   it('runs inside the caller’s transaction, whose rollback takes both back', async () => {
