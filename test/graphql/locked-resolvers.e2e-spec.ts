@@ -527,6 +527,22 @@ describe.each(drivers)('@Locked on GraphQL resolvers (%s)', (driver, createApp) 
     await (await locks.tryAcquire(`feed:${id(9)}`)).release();
   });
 
+  it('ends a subscription whose lock is lost, its pending read included, and returns its source', async () => {
+    const { subscription, channel } = await receiptsOf(id(11));
+    const reading = subscription.next().then(
+      (data) => ({ data }),
+      (error: unknown) => ({ error }),
+    );
+    const lost = nextLockEvent(locks, 'lost', `feed:${id(11)}`);
+    // Released from outside (the CLI's release does this): the next extension finds it gone.
+    await locks.forceRelease(`feed:${id(11)}`);
+    await lost;
+    await channel.returned.promise;
+    channel.publish(2);
+    // The client hears the end (an error or a completion, as the driver sends it), not receipt 2.
+    expect(await reading).not.toHaveProperty('data.receipts');
+  });
+
   it('releases the lock of a subscription when the client unsubscribes', async () => {
     const { subscription, channel } = await receiptsOf(id(10));
     await expect(locks.tryAcquire(`feed:${id(10)}`)).rejects.toMatchObject({ code: 'LOCK_BUSY' });

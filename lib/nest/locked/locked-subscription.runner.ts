@@ -31,7 +31,7 @@ export function lockedSubscription(
         if (!isAsyncIterable(result)) return resolve(result);
         // Hand the iterator out now; the routine, and so the lock, lasts until its iteration ends.
         return new Promise<void>((ended) =>
-          resolve(heldIterator(result, frame, ended, () => held)),
+          resolve(heldIterator(result, frame, ended, () => held, lock.signal)),
         );
       });
     };
@@ -67,9 +67,23 @@ function heldIterator(
   frame: LockFrame,
   ended: () => void,
   released: () => Promise<unknown>,
+  signal: AbortSignal,
 ): AsyncIterableIterator<unknown> {
   const iterator = source[Symbol.asyncIterator]();
   let over = false;
+  // An iteration that outlives its lock (lost, taken over, released from outside, held past a
+  // shutdown's timeout) ends with the lock's LockLostError, its pending read included, and
+  // the source is told to return: it never goes on unlocked.
+  const lost = new Promise<never>((_, reject) =>
+    signal.addEventListener('abort', () => reject(signal.reason as Error), { once: true }),
+  );
+  lost.catch(noop);
+  const stopLost = (): Promise<never> => {
+    if (!over) {
+      Promise.resolve(lockStorage.run(frame, () => iterator.return?.())).then(noop, noop);
+    }
+    return failed(signal.reason);
+  };
   const finish = (): Promise<unknown> => {
     if (!over) {
       over = true;
@@ -88,10 +102,13 @@ function heldIterator(
       failed,
     );
   return {
-    next: (...value: [] | [unknown]) =>
-      over
-        ? Promise.resolve({ done: true, value: undefined })
-        : step(() => iterator.next(...value)),
+    next: (...value: [] | [unknown]) => {
+      if (over) return Promise.resolve({ done: true, value: undefined });
+      if (signal.aborted) return stopLost();
+      return Promise.race([step(() => iterator.next(...value)), lost]).catch((error: unknown) =>
+        signal.aborted && !over ? stopLost() : Promise.reject(error),
+      );
+    },
     return: (value?: unknown) =>
       over
         ? Promise.resolve({ done: true, value })
