@@ -85,21 +85,25 @@ export class SqliteFencedTable<R extends FencedRow = FencedRow> {
    * `change` is synchronous, as the driver is: a Promise from it is refused.
    */
   update(key: RowKey, token: number, change: (row: R) => Partial<R>): R {
-    const { db } = this;
-    if (typeof db.transaction !== 'function')
-      return this.write(key, token, computed(change, this.claim(key, token)));
     let failed: { error: unknown } | undefined;
-    const written = db.transaction(() => {
+    const claimComputeWrite = (): R | undefined => {
       const row = this.claim(key, token);
       let values: Partial<R>;
       try {
         values = computed(change, row);
       } catch (error) {
+        // Returned, not thrown: the transaction then commits the claim.
         failed = { error };
         return undefined;
       }
       return this.write(key, token, values);
-    })() as R | undefined;
+    };
+    const { db } = this;
+    const written = (
+      typeof db.transaction === 'function'
+        ? db.transaction(claimComputeWrite)()
+        : claimComputeWrite()
+    ) as R | undefined;
     if (failed) throw failed.error;
     return written!;
   }

@@ -123,9 +123,7 @@ export class LockContextInterceptor implements NestInterceptor {
     if (!body) return error;
     // The client hears little; the operator hears what it needs to act.
     // LockService logs outages itself unless its `logging` is off.
-    // A refusal during shutdown is the drain at work: the service's logger notes the first one.
-    if (body.statusCode === 503 && !wasLogged(error) && !(error instanceof LockClosingError))
-      this.logger.error(error.message);
+    if (body.statusCode === 503) this.logOutage(error);
     else if (body.statusCode === 400) this.logger.warn(error.message);
     const type = context.getType<string>();
     if (type === 'http') {
@@ -152,14 +150,21 @@ export class LockContextInterceptor implements NestInterceptor {
    * `originalError`, for server-side error formatters and plugins.
    */
   protected async toGraphQLError(error: LockError, _context: ExecutionContext): Promise<unknown> {
-    if (isServerSideLockFailure(error)) {
-      if (!wasLogged(error) && !(error instanceof LockClosingError))
-        this.logger.error(error.message);
-    } else if (error instanceof LockKeyError) this.logger.warn(error.message);
+    if (isServerSideLockFailure(error)) this.logOutage(error);
+    else if (error instanceof LockKeyError) this.logger.warn(error.message);
     const { message, extensions } = lockGraphQLErrorBody(error);
     // Loaded here, on the first GraphQL lock failure: only GraphQL apps have the package.
     const { GraphQLError } = await import('graphql');
     return new GraphQLError(message, { extensions, originalError: error });
+  }
+
+  /**
+   * A server-side failure, as an error, unless the service's logger reported
+   * it already. A refusal during shutdown is the drain at work, not an
+   * outage: the service's logger notes the first one.
+   */
+  private logOutage(error: LockError): void {
+    if (!wasLogged(error) && !(error instanceof LockClosingError)) this.logger.error(error.message);
   }
 
   protected setRetryAfter(context: ExecutionContext, retryAfterMs: number): void {
