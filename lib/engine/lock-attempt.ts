@@ -11,7 +11,7 @@ import { Lock, type LockOwner } from './lock.js';
 import { leaseValue } from './lease-value.js';
 import type { LockNode } from './lock-node.js';
 import { ACQUIRE, FENCE_WRITEBACK, RELEASE } from './lua-scripts.js';
-import { quorumRound } from './quorum-round.js';
+import { quorumRound, type RoundResult } from './quorum-round.js';
 import { settleTokens } from './token-settlement.js';
 
 /** A node's answer to ACQUIRE: granted (with a token per key), or refused (with ms to wait). */
@@ -105,7 +105,7 @@ export class LockAttempts implements Acquirer<LockRequest> {
         const settled = fencing ? this.settle(round, request, value, validUntil) : [];
         tokens = settled instanceof Promise ? await settled : settled;
       } catch (error) {
-        this.cleanUp(keys, value);
+        this.cleanUp(keys, value, round);
         throw error;
       }
       if (tokens && performance.now() < validUntil) {
@@ -113,7 +113,7 @@ export class LockAttempts implements Acquirer<LockRequest> {
         return { lock, round };
       }
     }
-    this.cleanUp(keys, value);
+    this.cleanUp(keys, value, round);
     const busyInLine = request.lineLease > 0 && joinsLine;
     // Free but for an earlier waiter in line (a node grants one that arrived before every waiter
     // there, in line or not): asking again at once would be refused the same; it waits for a
@@ -189,10 +189,16 @@ export class LockAttempts implements Acquirer<LockRequest> {
     );
   }
 
-  /** Best-effort release of a failed attempt on every node, including those that did not answer. */
-  private cleanUp(keys: readonly string[], value: string): void {
+  /**
+   * Best-effort release of a failed attempt on every node that may hold it: those that granted,
+   * failed or did not answer (yet). A node that refused set nothing under this attempt's value,
+   * so a refused attempt (the usual one while waiting) sends nothing there.
+   */
+  private cleanUp(keys: readonly string[], value: string, round: RoundResult<AcquireReply>): void {
     const { context } = this;
-    for (const node of context.nodes)
+    context.nodes.forEach((node, i) => {
+      if (round.replies[i]?.[0] === 0) return;
       node.run(RELEASE, keys, [value, context.notify, context.sender]).catch(() => undefined);
+    });
   }
 }

@@ -295,6 +295,29 @@ describe('waiters are woken when a lock is released', () => {
     expect(new Set(tokens).size).toBe(tokens.length);
   });
 
+  it('sends the clean-up of a refused attempt only to nodes that did not refuse it', async () => {
+    const resource = unique('refused');
+    const lock = await holder.acquire(resource);
+    const other = await engine();
+    const calls = () =>
+      Promise.all(
+        redis.nodes.map(async (node) => {
+          const stats = await node.cli('INFO', 'commandstats');
+          return Number(/^cmdstat_evalsha:calls=(\d+)/m.exec(stats)?.[1] ?? 0);
+        }),
+      );
+    const before = await calls();
+    await expect(other.tryAcquire(resource)).rejects.toBeInstanceOf(LockBusyError);
+    // Whatever the round left unanswered is cleaned up: behind the attempt on its connection.
+    await Promise.all(other.nodes.map((node) => node.client.ping()));
+    const sent = (await calls()).reduce((sum, count, i) => sum + count - before[i], 0);
+    // One attempt per node, plus a release on the one node whose refusal the quorum did not
+    // wait for, if any; a release on every node would make six.
+    expect(sent).toBeGreaterThanOrEqual(3);
+    expect(sent).toBeLessThanOrEqual(4);
+    await lock.release();
+  });
+
   it('a waiter that vanished without leaving the line holds it only until its place expires', async () => {
     const resource = unique('vanished');
     const key = `lock:{${resource}}:q`;
