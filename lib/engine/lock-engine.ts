@@ -36,6 +36,7 @@ import { EXTEND, RELEASE } from './lua-scripts.js';
 import { checkNodes } from './node-checks.js';
 import { nodeClockOffset } from './node-clock.js';
 import { RestartWatch, type NodeRestart } from './node-restarts.js';
+import { LongestLease } from './longest-lease.js';
 import type { RoundResult } from './quorum-round.js';
 import { ReleaseChannel } from './release-channel.js';
 import { normalizeResources } from './resource-names.js';
@@ -83,8 +84,8 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   private clockOffset = 0;
   /** Per node: whether its grants count toward a quorum after a restart. */
   private readonly restarts: readonly RestartWatch[];
-  /** The longest lease this engine has asked for (ms): what a restarted node may have forgotten. */
-  private longestTtl: number;
+  /** The longest lease on the nodes: what a restarted node may have forgotten. */
+  private readonly longestLease: LongestLease;
 
   constructor(options: LockEngineOptions) {
     super();
@@ -101,14 +102,18 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       }
     });
     this.quorum = Math.floor(this.nodes.length / 2) + 1;
-    this.longestTtl = this.options.ttl;
+    this.longestLease = new LongestLease(
+      this.nodes,
+      `${this.options.keyPrefix}longest-lease`,
+      this.options.ttl,
+    );
+    const lease = {
+      onNode: (node: LockNode) =>
+        this.longestLease.onNode(node, this.nodeTimeout(this.options.ttl)),
+      recordOn: (node: LockNode) => this.longestLease.recordOn(node),
+    };
     this.restarts = this.nodes.map(
-      (node) =>
-        new RestartWatch(
-          node,
-          () => this.longestTtl,
-          (restart) => this.nodeRestarted(restart),
-        ),
+      (node) => new RestartWatch(node, lease, (restart) => this.nodeRestarted(restart)),
     );
     this.notify = this.options.releaseNotifications ? '1' : '0';
     this.nodeCounters = this.options.fencing && this.options.fenceCounter === 'node';
@@ -146,9 +151,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
           : { key: `${lockKey}:fence`, ttl: options.fenceCounterTtl },
       nodeTimeout: (ttl) => this.nodeTimeout(ttl),
       drift: (ttl) => Math.floor(ttl * options.driftFactor) + 2,
-      noteTtl: (ttl) => {
-        if (ttl > this.longestTtl) this.longestTtl = ttl;
-      },
+      noteTtl: (ttl) => this.longestLease.note(ttl),
       // On the nodes' clock (comparable between processes whatever their own clocks say), finer
       // than a millisecond.
       arrival: () => performance.timeOrigin + performance.now() + this.clockOffset,

@@ -21,6 +21,8 @@ export interface NodeRestart {
  * restart without proof of persistence its grants do not count toward a
  * quorum for the longest lease it could have held (the delayed restart of
  * Redlock, applied by the client): by then every lock it forgot has expired.
+ * That lease is the longest any engine recorded on the nodes, not only this
+ * engine's (see LongestLease).
  *
  * Only a restart this process sees can be told: an engine that first connects
  * after the restart has no earlier run id to compare. A cluster node is not
@@ -35,8 +37,11 @@ export class RestartWatch {
 
   constructor(
     private readonly node: LockNode,
-    /** The longest lease a lock of this engine can have on the node now (ms). */
-    private readonly longestLease: () => number,
+    /** The longest lease a lock can have on the node (this engine's, or one recorded there). */
+    private readonly lease: {
+      onNode(node: LockNode): Promise<number>;
+      recordOn(node: LockNode): void;
+    },
     private readonly restarted: (restart: NodeRestart) => void,
   ) {
     if (node.topology === 'cluster') return;
@@ -95,14 +100,16 @@ export class RestartWatch {
     }
     const known = this.runId;
     const wasUnverified = this.unverified;
-    this.unverified = false;
     if (runId !== undefined) this.runId = runId;
-    if (known === undefined) return;
-    if (runId === known) return;
-    if (runId === undefined && !wasUnverified) return;
-    const excludedFor = persistent ? 0 : this.longestLease();
+    const restarted =
+      known !== undefined && runId !== known && (runId !== undefined || wasUnverified);
+    // Still unverified (its grants do not count) until the exclusion below is in place.
+    const excludedFor = restarted && !persistent ? await this.lease.onNode(this.node) : 0;
     if (excludedFor > 0)
       this.excludedUntil = Math.max(this.excludedUntil, performance.now() + excludedFor);
-    this.restarted({ node: this.node.label, runId, persistent, excludedFor });
+    this.unverified = false;
+    // A new connection: the record of the longest lease may be gone with a restart.
+    this.lease.recordOn(this.node);
+    if (restarted) this.restarted({ node: this.node.label, runId, persistent, excludedFor });
   }
 }

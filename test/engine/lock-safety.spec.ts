@@ -97,43 +97,54 @@ describe('a node that restarts without its data', () => {
   });
   afterAll(() => stopRedisNodes(volatile));
 
-  it('does not count toward a quorum for the longest lease it may have forgotten', async () => {
-    const [a, b] = volatile;
-    const durable = redis.nodes[0];
-    const urls = [a.url, b.url, durable.url];
-    const first = await engineOn(urls, { fencing: false, ttl: 10_000 });
-    const second = await engineOn(urls, { fencing: false, ttl: 10_000 });
-    const restartOf = (node: RedisNodeProcess) =>
-      new Promise<NodeRestart>((resolve) => {
-        const listener = (restart: NodeRestart) => {
-          if (restart.node !== `${node.host}:${node.port}`) return;
-          second.off('nodeRestarted', listener);
-          resolve(restart);
-        };
-        second.on('nodeRestarted', listener);
+  it.each([
+    ['its own', 10_000],
+    // Another instance locks with a longer lease (a per-call or @Locked() ttl): the second engine
+    // learns it from the record on the nodes that kept it, not from its own calls.
+    ['another engine’s longer', 500],
+  ])(
+    'does not count toward a quorum for the longest lease it may have forgotten: %s',
+    async (_, ttl) => {
+      const [a, b] = volatile;
+      const durable = redis.nodes[0];
+      const urls = [a.url, b.url, durable.url];
+      const first = await engineOn(urls, { fencing: false, ttl: 10_000 });
+      const second = await engineOn(urls, { fencing: false, ttl });
+      const restartOf = (node: RedisNodeProcess) =>
+        new Promise<NodeRestart>((resolve) => {
+          const listener = (restart: NodeRestart) => {
+            if (restart.node !== `${node.host}:${node.port}`) return;
+            second.off('nodeRestarted', listener);
+            resolve(restart);
+          };
+          second.on('nodeRestarted', listener);
+        });
+      const resource = unique('forgotten');
+      // The lock stands on exactly a quorum: a and b.
+      await durable.kill();
+      const lock = await first.tryAcquire(resource);
+      const durableBack = restartOf(durable);
+      await durable.restart();
+      expect(await durableBack).toMatchObject({ persistent: true, excludedFor: 0 });
+      // b crashes and comes back empty; the second engine sees its new run id once it reconnects.
+      const bBack = restartOf(b);
+      await b.kill();
+      await b.restart();
+      expect(await bBack).toEqual({
+        node: `${b.host}:${b.port}`,
+        runId: expect.any(String),
+        persistent: false,
+        excludedFor: 10_000,
       });
-    const resource = unique('forgotten');
-    // The lock stands on exactly a quorum: a and b.
-    await durable.kill();
-    const lock = await first.tryAcquire(resource);
-    const durableBack = restartOf(durable);
-    await durable.restart();
-    expect(await durableBack).toMatchObject({ persistent: true, excludedFor: 0 });
-    // b crashes and comes back empty; the second engine sees its new run id once it reconnects.
-    const bBack = restartOf(b);
-    await b.kill();
-    await b.restart();
-    expect(await bBack).toEqual({
-      node: `${b.host}:${b.port}`,
-      runId: expect.any(String),
-      persistent: false,
-      excludedFor: 10_000,
-    });
-    // b and the durable node would grant it: two holders, if b counted.
-    await expect(second.tryAcquire(resource)).rejects.toBeInstanceOf(LockBusyError);
-    expect(lock.isHeld).toBe(true);
-    await lock.release();
-  });
+      // The record every engine keeps of its longest lease, on a node that was not restarted.
+      expect(await a.cli('GET', 'lock:longest-lease')).toBe('10000');
+      expect(Number(await a.cli('PTTL', 'lock:longest-lease'))).toBeGreaterThan(0);
+      // b and the durable node would grant it: two holders, if b counted.
+      await expect(second.tryAcquire(resource)).rejects.toBeInstanceOf(LockBusyError);
+      expect(lock.isHeld).toBe(true);
+      await lock.release();
+    },
+  );
 
   it('counts a node that proves it kept its data (appendonly, appendfsync always) at once', async () => {
     const durable = redis.nodes[1];
