@@ -18,7 +18,9 @@ import type { RedisLockModuleOptions } from './redis-lock.options.js';
 /**
  * The options RedisLockModule reads itself, besides the engine's: each of the
  * module's own options named once (`isGlobal` is the module builder's).
- * @internal Shared with the testing module, which checks the same options.
+ * Shared with the testing module, which checks the same options. Not marked
+ * internal: the testing entry point's declarations import it, and a stripped
+ * declaration breaks a consumer's compile with `skipLibCheck` off.
  */
 export const MODULE_OPTION_KEYS = [
   ...Object.keys({
