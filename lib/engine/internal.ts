@@ -20,7 +20,7 @@ export {
 export { collectRisks } from './node-checks.js';
 // What the Nest layer and the testing entry point use besides the public names.
 export { type ResolvedRetry } from './lock-options.js';
-export { checkMs, resolveRetry } from './option-checks.js';
+export { checkMs, checkRoutine, resolveRetry } from './option-checks.js';
 export { rejectUnknownOptions } from './resolve-options.js';
 export type { LeaseGrant, LockOwner } from './lock.js';
 export { judgeInspection } from './lock-admin.js';

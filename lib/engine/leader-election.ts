@@ -9,7 +9,7 @@ import {
   LockOptionsError,
 } from './lock-errors.js';
 import { type RetryOptions } from './lock-options.js';
-import { checkMs, MAX_TIMER_MS, resolveRetry } from './option-checks.js';
+import { checkMs, MAX_TIMER_MS, rejectUnknownKeys, resolveRetry } from './option-checks.js';
 import { lineLease } from './retry-delay.js';
 
 /** Why a term ended: its lease was lost, the leader stepped down, or the election was closed. */
@@ -53,6 +53,16 @@ export interface LeaderElectionOptions {
    */
   onRetired?: (term: LeaderTerm, reason: RetirementReason) => unknown;
 }
+
+/** Each option of a leader election named once: a misspelt callback must not go unnoticed. */
+const ELECTION_KEYS: ReadonlySet<string> = new Set(
+  Object.keys({
+    ttl: true,
+    retry: true,
+    onElected: true,
+    onRetired: true,
+  } satisfies Record<keyof LeaderElectionOptions, true>),
+);
 
 /** The reason a term's signal carries. */
 export class LeadershipEndedError extends LockError {
@@ -136,6 +146,11 @@ export class LeaderElection {
         `Leader election options must be an object such as { ttl: 5000, onElected } (got ${String(options)}).`,
       );
     }
+    rejectUnknownKeys(
+      `Leader election '${name}'`,
+      options as Record<string, unknown>,
+      ELECTION_KEYS,
+    );
     if (!engine.options.fencing) {
       throw new LockOptionsError(
         `Leader election '${name}' needs fencing tokens for its epochs, but the engine was created with ` +

@@ -10,6 +10,7 @@ import { LeaseAttempts, type LeaseReply, type LeaseRequest } from './lease-attem
 import { extendLease, releaseLease } from './lease-rounds.js';
 import { holdWhile } from './lease-renewal.js';
 import { bounded } from './time-bound.js';
+import { checkRoutine } from './option-checks.js';
 
 /** A semaphore permit's slot; undefined for other holdings. */
 const slotOf = (lock: Lock): number | undefined =>
@@ -180,6 +181,7 @@ export abstract class LeasePrimitive implements LockOwner {
     routine: (lock: Lock) => T | Promise<T>,
     options: UsingOptions = {},
   ): Promise<T> {
+    checkRoutine(routine);
     const lock = await this.acquireLease(kind, options);
     return holdWhile(
       lock,

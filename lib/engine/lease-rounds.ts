@@ -51,7 +51,8 @@ export async function extendLease(
   // one than before then ends sooner than the validity the lock still counts on.
   if (renewed < lock.validUntil) lock.renewed(renewed);
   if (round.no > nodes.length - quorum) {
-    const why = 'the nodes no longer hold it (it expired or was taken over)';
+    const why =
+      'the nodes no longer hold it (it expired, was taken over, or was force-released by an operator)';
     lock.lost(why);
     throw new LockLostError(lock.resources, why);
   }

@@ -27,7 +27,7 @@ import {
   type RetryOptions,
   type UsingOptions,
 } from './lock-options.js';
-import { checkMs, resolveRetry } from './option-checks.js';
+import { checkMs, checkRoutine, resolveRetry } from './option-checks.js';
 import { resolveEngineOptions } from './resolve-options.js';
 import { leaseValue } from './lease-value.js';
 import { extendLease, releaseLease } from './lease-rounds.js';
@@ -231,6 +231,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
     routine: (lock: Lock) => T | Promise<T>,
     options: UsingOptions = {},
   ): Promise<T> {
+    checkRoutine(routine);
     const lock = await this.acquire(resources, options);
     return holdWhile(
       lock,

@@ -24,6 +24,16 @@ export function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null;
 }
 
+/** using()'s routine, checked before the lock is taken: a lock held for nothing would be released at once. */
+export function checkRoutine(routine: unknown): void {
+  if (typeof routine !== 'function') {
+    fail(
+      `using() runs the function given after the resource under the lock (got ${describe(routine)}): ` +
+        'pass one, e.g. using(resource, async (lock) => work(lock)).',
+    );
+  }
+}
+
 export function describe(value: unknown): string {
   if (typeof value === 'string') return `'${value}'`;
   if (typeof value === 'number' || typeof value === 'boolean' || value == null)

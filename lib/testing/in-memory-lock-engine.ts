@@ -15,6 +15,7 @@ import {
   reportFailed,
   reportLost,
   reportReleased,
+  checkRoutine,
   singleAttempt,
   type AcquireOptions,
   type TryAcquireOptions,
@@ -185,6 +186,7 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
     routine: (lock: Lock) => T | Promise<T>,
     options: UsingOptions = {},
   ): Promise<T> {
+    checkRoutine(routine);
     const lock = await this.acquire(resources, options);
     return holdWhile(lock, (ttl) => this.extend(lock, ttl), this.options, routine, options);
   }
@@ -208,10 +210,12 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
       return lock;
     }
     if (round.no > this.nodes.length - this.quorum) {
-      lock.lost('the nodes no longer hold it (it expired or was taken over)');
+      lock.lost(
+        'the nodes no longer hold it (it expired, was taken over, or was force-released by an operator)',
+      );
       throw new LockLostError(
         lock.resources,
-        'the nodes no longer hold it (it expired or was taken over)',
+        'the nodes no longer hold it (it expired, was taken over, or was force-released by an operator)',
       );
     }
     throw new LockUnavailableError(

@@ -7,6 +7,7 @@
 import {
   holdWhile,
   Lock,
+  checkRoutine,
   LockAbortedError,
   LockLostError,
   LockOptionsError,
@@ -168,11 +169,12 @@ export abstract class MemoryLeasePrimitive implements LockOwner {
     throw error;
   }
 
-  protected usingLease<T>(
+  protected async usingLease<T>(
     kind: string,
     routine: (lock: Lock) => T | Promise<T>,
     options: UsingOptions = {},
   ): Promise<T> {
+    checkRoutine(routine);
     return this.acquireLease(kind, options).then((lock) =>
       holdWhile(lock, (ttl) => this.extend(lock, ttl), this.state.options, routine, options),
     );

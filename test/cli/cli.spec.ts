@@ -222,6 +222,22 @@ describe('the nestjs-redis-lock command line', () => {
       }
     });
 
+    it('--json names what it released, the holder too, in the shape of the other kinds', async () => {
+      const resource = unique('stuck');
+      const stuck = await app.acquire(resource, { ttl: 60_000 });
+      const result = await cli(['release', resource, '--yes', '--json', ...nodes()]);
+      expect(result.code).toBe(0);
+      expect(JSON.parse(result.stdout)).toMatchObject({
+        resource,
+        kind: 'lock',
+        holder: stuck.value,
+        released: true,
+        deleted: 3,
+        nodes: 3,
+        before: expect.any(Object),
+      });
+    });
+
     it('refuses without --yes when stdin is not a terminal: exit 2, one line, the lock still held', async () => {
       const resource = unique('stuck');
       const lock = await app.acquire(resource, { ttl: 60_000 });

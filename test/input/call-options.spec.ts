@@ -16,6 +16,8 @@ import {
   LockEngine,
   LockOptionsError,
   MAX_RESOURCE_LENGTH,
+  readWriteLock,
+  semaphore,
 } from '../../lib/engine/index.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
@@ -221,6 +223,37 @@ describe('engine calls with bad input', () => {
         { numRuns: 50 },
       );
     });
+  });
+
+  it('using() refuses a routine that is not a function with a LockOptionsError, before taking any lock', async () => {
+    let grants = 0;
+    const counted = () => grants++;
+    engine.on('acquired', counted);
+    try {
+      await fc.assert(
+        fc.asyncProperty(
+          anyValue.filter((v) => typeof v !== 'function'),
+          async (routine) => {
+            const resource = unique('no-routine');
+            for (const call of [
+              () => engine.using(resource, routine as never),
+              () => readWriteLock(engine, resource).using('write', routine as never),
+              () => semaphore(engine, resource, 2).using(routine as never),
+            ]) {
+              const outcome = await settle(call);
+              expect(outcome.error).toBeInstanceOf(LockOptionsError);
+              expect((outcome.error as Error).message).toMatch(
+                /^using\(\) runs the function given after the resource under the lock \(got .+\): pass one/,
+              );
+            }
+          },
+        ),
+        { numRuns: 30 },
+      );
+      expect(grants).toBe(0);
+    } finally {
+      engine.off('acquired', counted);
+    }
   });
 
   // --- Resource names ----------------------------------------------------------------------------

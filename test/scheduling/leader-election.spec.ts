@@ -245,5 +245,11 @@ describe('LeaderElection', () => {
     expect(
       () => new LeaderElection(plain, 'x', { onElected: 'run' as unknown as () => void }),
     ).toThrow(/onElected of leader election 'x' must be a function/);
+    // A misspelt callback would never run: refused, with the options it takes.
+    expect(
+      () => new LeaderElection(plain, 'x', { onElect: () => undefined } as LeaderElectionOptions),
+    ).toThrow(
+      "Leader election 'x' has no option 'onElect'; the options are: ttl, retry, onElected, onRetired.",
+    );
   });
 });

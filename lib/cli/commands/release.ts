@@ -98,6 +98,8 @@ async function releaseLock(
         {
           resource,
           kind: 'lock',
+          // The value a quorum held (a lock's only holder), as the other kinds name the one released.
+          holder: before.inspection.holder ?? null,
           released: deleted > 0,
           deleted,
           nodes: total,
