@@ -129,8 +129,10 @@ describe('close(): a graceful shutdown', () => {
     const engine = await engineOn();
     const lost: LockLostError[] = [];
     engine.on('lost', ({ error }) => lost.push(error));
-    // Taken and never released (a holder whose work threw before its release).
-    const lock = await engine.tryAcquire(unique('abandoned'), { ttl: 300 });
+    // Taken and never released (a holder whose work threw before its release). A 1 s lease: its
+    // nodes get 100 ms to answer, which a loaded machine can take (30 ms, of a 300 ms lease, it
+    // did not in a full run).
+    const lock = await engine.tryAcquire(unique('abandoned'), { ttl: 1000 });
     const started = performance.now();
     await engine.close({ timeout: 10_000 });
     // Over once the lease ended, not at the shutdown timeout.
