@@ -28,7 +28,6 @@ const ALL = ['<rootDir>/test/**/*.spec.ts', '<rootDir>/test/**/*.e2e-spec.ts'];
 const UNIT = [
   'test/cli/cli-output.spec.ts',
   'test/engine/node-clock.spec.ts',
-  'test/engine/time-bound.spec.ts',
   'test/engine/wait-queue.spec.ts',
   'test/graphql/graphql-lock-failures.spec.ts',
   'test/input/engine-options.spec.ts',

@@ -1,6 +1,6 @@
 import type { LockNode } from './lock-node.js';
 import type { NodeFailure } from './lock-errors.js';
-import { watchDeadline } from './time-bound.js';
+import { answerTimeout } from './time-bound.js';
 
 /** What one parallel request to every node came back with. */
 export interface RoundResult<T> {
@@ -19,7 +19,7 @@ export interface RoundResult<T> {
 /**
  * Sends one request to every node in parallel and settles as soon as the
  * outcome is decided: `quorum` yeses, too many noes (or noes and failures)
- * for a quorum, every node answered, or `timeoutMs` passed (one deadline for the whole round,
+ * for a quorum, every node answered, or `timeoutMs` passed (one timer for the whole round,
  * so a hung node costs at most that). Late replies are dropped; the callers
  * clean up after them by releasing on every node.
  *
@@ -53,7 +53,7 @@ export function quorumRound<T>(
     let settled = false;
     const finish = () => {
       settled = true;
-      cancelTimeout?.();
+      clearTimeout(timer);
       resolve(result);
     };
     const decided = () => {
@@ -69,7 +69,7 @@ export function quorumRound<T>(
         finish();
       }
     };
-    let cancelTimeout: (() => void) | undefined;
+    let timer: NodeJS.Timeout | undefined;
     const expire = () => {
       if (settled) return;
       for (let i = 0; i < count; i++) {
@@ -117,7 +117,7 @@ export function quorumRound<T>(
     // clock starts once they have: armed now, a loop blocked past the timeout would fire the
     // timer before anything was sent, and the round would fail with every node healthy.
     setImmediate(() => {
-      if (!settled) cancelTimeout = watchDeadline(timeoutMs, expire);
+      if (!settled) timer = answerTimeout(expire, timeoutMs);
     });
   });
 }
