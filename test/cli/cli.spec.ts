@@ -238,6 +238,21 @@ describe('the nestjs-redis-lock command line', () => {
       });
     });
 
+    it('--json answers in the same shape when there is nothing to release, and exits 1', async () => {
+      const resource = unique('free');
+      const result = await cli(['release', resource, '--yes', '--json', ...nodes()]);
+      expect(result.code).toBe(1);
+      expect(JSON.parse(result.stdout)).toEqual({
+        resource,
+        kind: 'lock',
+        holder: null,
+        released: false,
+        deleted: 0,
+        nodes: 3,
+        before: expect.any(Object),
+      });
+    });
+
     it('refuses without --yes when stdin is not a terminal: exit 2, one line, the lock still held', async () => {
       const resource = unique('stuck');
       const lock = await app.acquire(resource, { ttl: 60_000 });

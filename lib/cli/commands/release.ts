@@ -64,6 +64,30 @@ export async function release(context: CommandContext): Promise<number> {
         (silent > 0 ? ` (${silent} of ${plural(total, 'node')} did not)` : '') +
         `: nothing to release. '${BIN} list' shows the locked resources.`,
     );
+    // A script reading --json gets its answer on stdout too, in the shape of a release.
+    if (request.json) {
+      const before =
+        kind === undefined
+          ? null
+          : kind === 'lock'
+            ? inspectionJson(engine, lock)
+            : leaseJson(engine, found[kind]);
+      term.print(
+        JSON.stringify(
+          {
+            resource,
+            kind: kind ?? null,
+            holder: request.holder ?? null,
+            released: false,
+            deleted: 0,
+            nodes: total,
+            before,
+          },
+          null,
+          2,
+        ),
+      );
+    }
     return EXIT_FAILED;
   }
   return kind === 'lock' ? releaseLock(context, lock) : releaseLeases(context, found[kind]);
