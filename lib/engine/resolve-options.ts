@@ -105,7 +105,7 @@ export function resolveEngineOptions(options: unknown): ResolvedEngineOptions {
   const nodeTimeout =
     options.nodeTimeout === undefined
       ? undefined
-      : checkMs('nodeTimeout', options.nodeTimeout, 1, Math.floor(ttl / 2));
+      : checkMs('nodeTimeout (at most half the ttl)', options.nodeTimeout, 1, Math.floor(ttl / 2));
   const logger = options.logger ?? consoleLogger;
   if (
     !isObject(logger) ||

@@ -198,6 +198,18 @@ describe('engine options (property-based)', () => {
     );
   });
 
+  it('says that nodeTimeout is bounded by half the ttl', async () => {
+    const outcome = await construct({
+      nodes: ['redis://127.0.0.1:1'],
+      ttl: 5000,
+      nodeTimeout: 4000,
+    });
+    expectOptionError(
+      outcome,
+      'nodeTimeout (at most half the ttl) must be a whole number of milliseconds from 1 to 2500',
+    );
+  });
+
   it('ends in a constructed engine or a LockOptionsError whatever each option holds, never another exception', async () => {
     const anyOptions = fc.record(
       {

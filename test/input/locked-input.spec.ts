@@ -228,6 +228,14 @@ describe('@Locked() at decoration time (property-based)', () => {
     );
   });
 
+  it('says what wait takes when it is neither a boolean nor a number of ms', () => {
+    const error = decorate('order:<0>', { wait: 'yes' }, 1);
+    expect(error).toBeInstanceOf(LockOptionsError);
+    expect((error as Error).message).toMatch(
+      /@Locked\(\) on Target\.method: wait \(true, false or a number of ms\) must be a whole number of milliseconds .*\(got 'yes'\)/,
+    );
+  });
+
   it('refuses options that are not an object with a LockOptionsError', () => {
     fc.assert(
       fc.property(

@@ -137,7 +137,8 @@ export function checkLockedOptions(
       throw permitsError(where, permits);
   }
   if (o.ttl !== undefined) checkMs(`${where}: ttl`, o.ttl, 10);
-  if (o.wait !== undefined && typeof o.wait !== 'boolean') checkMs(`${where}: wait`, o.wait, 0);
+  if (o.wait !== undefined && typeof o.wait !== 'boolean')
+    checkMs(`${where}: wait (true, false or a number of ms)`, o.wait, 0);
   if (o.retry !== undefined) resolveRetry(`${where}: retry`, o.retry, LOCK_DEFAULTS.retry);
   if (o.autoExtend !== undefined && typeof o.autoExtend !== 'boolean') {
     throw new LockOptionsError(`${where}: autoExtend must be true or false.`);
