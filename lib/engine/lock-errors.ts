@@ -169,6 +169,12 @@ function adviceFor(failures: readonly NodeFailure[]): string {
   for (const { error } of failures) {
     if (error.message.startsWith('no answer within')) {
       advice.add('Raise nodeTimeout if the nodes are only slow, or look at the ones that hang.');
+    } else if (error.message.startsWith('granted, but not counted toward the quorum')) {
+      // They answered: a restart without proof of persistence keeps them out for a while.
+      advice.add(
+        'Those nodes answered but restarted without proof that they kept their data, so they count again only once every lease they may have forgotten has ended: ' +
+          'retry then, or run them with appendonly yes and appendfsync always.',
+      );
     } else if (error.name === 'ReplyError' || /^[A-Z]{3,}\b/.test(error.message)) {
       advice.add(
         'The nodes refused the command: fix what their replies say (permissions, data under our keys).',

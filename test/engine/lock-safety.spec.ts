@@ -146,6 +146,20 @@ describe('a node that restarts without its data', () => {
     },
   );
 
+  it('tells a caller that restarted nodes keep it out to wait for them, not to check that they run', () => {
+    const kept = (node: string) => ({
+      node,
+      error: new Error(
+        'granted, but not counted toward the quorum: it restarted without proof that it kept its data; its grants count again in 7931 ms',
+      ),
+    });
+    const error = new LockUnavailableError(['r'], [kept('b:6379'), kept('c:6379')], 2, 3);
+    expect(error.message).toContain(
+      'Those nodes answered but restarted without proof that they kept their data',
+    );
+    expect(error.message).not.toContain('running and reachable');
+  });
+
   it('counts a node that proves it kept its data (appendonly, appendfsync always) at once', async () => {
     const durable = redis.nodes[1];
     const engine = await engineOn(redis.nodes.map((n) => n.url));
