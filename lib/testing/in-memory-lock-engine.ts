@@ -210,13 +210,10 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
       return lock;
     }
     if (round.no > this.nodes.length - this.quorum) {
-      lock.lost(
-        'the nodes no longer hold it (it expired, was taken over, or was force-released by an operator)',
-      );
-      throw new LockLostError(
-        lock.resources,
-        'the nodes no longer hold it (it expired, was taken over, or was force-released by an operator)',
-      );
+      const why =
+        'the nodes no longer hold it (it expired, was taken over, or was force-released by an operator)';
+      lock.lost(why);
+      throw new LockLostError(lock.resources, why);
     }
     throw new LockUnavailableError(
       lock.resources,
