@@ -122,9 +122,12 @@ export class Lock implements AsyncDisposable {
     return this.remainingTime > 0;
   }
 
-  /** True once {@link release} was called. */
+  /**
+   * True once {@link release} was called (by the holder, or by a shutdown's
+   * drain), also for a lock that had been lost before.
+   */
   get isReleased(): boolean {
-    return this.state === 'released';
+    return this.releasing !== undefined || this.state === 'released';
   }
 
   /**

@@ -273,8 +273,11 @@ describe('the in-memory engine keeps the real engine’s contract', () => {
       expect(lock.signal.aborted).toBe(true);
       expect(lock.signal.reason).toBeInstanceOf(LockLostError);
       expect(lock.isHeld).toBe(false);
+      expect(lock.isReleased).toBe(false);
       const result = await lock.release();
       expect(result).toMatchObject({ released: false, nodesReleased: 0 });
+      // Released by its holder after it was lost (or by a shutdown's drain): it says so too.
+      expect(lock.isReleased).toBe(true);
     },
   );
 
