@@ -35,7 +35,7 @@ import { holdWhile } from './lease-renewal.js';
 import { EXTEND, RELEASE } from './lua-scripts.js';
 import { checkNodes } from './node-checks.js';
 import { nodeClockOffset } from './node-clock.js';
-import { RestartWatch, type NodeRestart } from './node-restarts.js';
+import { restartWarning, RestartWatch, type NodeRestart } from './node-restarts.js';
 import { LongestLease } from './longest-lease.js';
 import type { RoundResult } from './quorum-round.js';
 import { ReleaseChannel } from './release-channel.js';
@@ -107,13 +107,12 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
       `${this.options.keyPrefix}longest-lease`,
       this.options.ttl,
     );
-    const lease = {
-      onNode: (node: LockNode) =>
-        this.longestLease.onNode(node, this.nodeTimeout(this.options.ttl)),
-      recordOn: (node: LockNode) => this.longestLease.recordOn(node),
-    };
+    const readTimeout = this.nodeTimeout(this.options.ttl);
     this.restarts = this.nodes.map(
-      (node) => new RestartWatch(node, lease, (restart) => this.nodeRestarted(restart)),
+      (node) =>
+        new RestartWatch(node, this.longestLease, readTimeout, (restart) =>
+          this.nodeRestarted(restart),
+        ),
     );
     this.notify = this.options.releaseNotifications ? '1' : '0';
     this.nodeCounters = this.options.fencing && this.options.fenceCounter === 'node';
@@ -273,12 +272,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   }
 
   private nodeRestarted(restart: NodeRestart): void {
-    this.options.logger.warn(
-      restart.persistent
-        ? `Node ${restart.node} restarted (run id ${restart.runId}); it keeps its data (appendonly, appendfsync always), so its grants count at once.`
-        : `Node ${restart.node} restarted${restart.runId === undefined ? ' or could not be checked (INFO failed)' : ''} without proof that it kept its data ` +
-            `(appendonly yes with appendfsync always): its grants do not count toward a quorum for ${restart.excludedFor} ms, the longest lease it may have forgotten.`,
-    );
+    this.options.logger.warn(restartWarning(restart));
     if (this.listenerCount('nodeRestarted') > 0) this.emit('nodeRestarted', restart);
   }
 

@@ -33,9 +33,13 @@ const RECORD_LIFE_MS = 3_600_000;
 export class LongestLease {
   /** The longest lease this engine has asked for (ms). */
   private longest: number;
-  /** What this engine last recorded, and when (performance.now()). */
-  private recorded = 0;
-  private recordedAt = -Infinity;
+  /**
+   * What this engine last recorded, and when (performance.now()). Its own
+   * ttl needs no call of its own: the restart watch records it on each node
+   * as that node connects (see {@link recordOn}).
+   */
+  private recorded: number;
+  private recordedAt = performance.now();
 
   constructor(
     private readonly nodes: readonly LockNode[],
@@ -43,6 +47,7 @@ export class LongestLease {
     ttl: number,
   ) {
     this.longest = ttl;
+    this.recorded = ttl;
   }
 
   /** A call asks for a lease of `ttl` ms: recorded first if it is the longest yet (or the record ages). */

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { LockNode } from './lock-node.js';
+import type { LongestLease } from './longest-lease.js';
 import { parseInfo } from './node-checks.js';
 
 /** A node came back as a new server process (its INFO run_id changed). */
@@ -38,10 +39,9 @@ export class RestartWatch {
   constructor(
     private readonly node: LockNode,
     /** The longest lease a lock can have on the node (this engine's, or one recorded there). */
-    private readonly lease: {
-      onNode(node: LockNode): Promise<number>;
-      recordOn(node: LockNode): void;
-    },
+    private readonly lease: LongestLease,
+    /** How long reading the other nodes' records may take (ms). */
+    private readonly readTimeout: number,
     private readonly restarted: (restart: NodeRestart) => void,
   ) {
     if (node.topology === 'cluster') return;
@@ -104,7 +104,8 @@ export class RestartWatch {
     const restarted =
       known !== undefined && runId !== known && (runId !== undefined || wasUnverified);
     // Still unverified (its grants do not count) until the exclusion below is in place.
-    const excludedFor = restarted && !persistent ? await this.lease.onNode(this.node) : 0;
+    const excludedFor =
+      restarted && !persistent ? await this.lease.onNode(this.node, this.readTimeout) : 0;
     if (excludedFor > 0)
       this.excludedUntil = Math.max(this.excludedUntil, performance.now() + excludedFor);
     this.unverified = false;
@@ -112,4 +113,12 @@ export class RestartWatch {
     this.lease.recordOn(this.node);
     if (restarted) this.restarted({ node: this.node.label, runId, persistent, excludedFor });
   }
+}
+
+/** What the engine logs about a restart: whether the node counts at once, or for how long it does not. */
+export function restartWarning(restart: NodeRestart): string {
+  return restart.persistent
+    ? `Node ${restart.node} restarted (run id ${restart.runId}); it keeps its data (appendonly, appendfsync always), so its grants count at once.`
+    : `Node ${restart.node} restarted${restart.runId === undefined ? ' or could not be checked (INFO failed)' : ''} without proof that it kept its data ` +
+        `(appendonly yes with appendfsync always): its grants do not count toward a quorum for ${restart.excludedFor} ms, the longest lease it may have forgotten.`;
 }

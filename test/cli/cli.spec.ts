@@ -222,12 +222,18 @@ describe('the nestjs-redis-lock command line', () => {
       }
     });
 
+    /** `release <resource> --yes --json`: its exit code and the JSON it printed. */
+    const releaseJson = async (resource: string) => {
+      const result = await cli(['release', resource, '--yes', '--json', ...nodes()]);
+      return { code: result.code, answer: JSON.parse(result.stdout) as unknown };
+    };
+
     it('--json names what it released, the holder too, in the shape of the other kinds', async () => {
       const resource = unique('stuck');
       const stuck = await app.acquire(resource, { ttl: 60_000 });
-      const result = await cli(['release', resource, '--yes', '--json', ...nodes()]);
-      expect(result.code).toBe(0);
-      expect(JSON.parse(result.stdout)).toMatchObject({
+      const { code, answer } = await releaseJson(resource);
+      expect(code).toBe(0);
+      expect(answer).toMatchObject({
         resource,
         kind: 'lock',
         holder: stuck.value,
@@ -240,9 +246,9 @@ describe('the nestjs-redis-lock command line', () => {
 
     it('--json answers in the same shape when there is nothing to release, and exits 1', async () => {
       const resource = unique('free');
-      const result = await cli(['release', resource, '--yes', '--json', ...nodes()]);
-      expect(result.code).toBe(1);
-      expect(JSON.parse(result.stdout)).toEqual({
+      const { code, answer } = await releaseJson(resource);
+      expect(code).toBe(1);
+      expect(answer).toEqual({
         resource,
         kind: 'lock',
         holder: null,
