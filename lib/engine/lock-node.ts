@@ -3,6 +3,7 @@ import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis'
 import { runBySlot } from './cluster-scripts.js';
 import type { LuaScript } from './lua-scripts.js';
 import { ScriptLoader } from './script-loader.js';
+import { hearSocketErrors } from './socket-errors.js';
 import { bounded } from './time-bound.js';
 import { RunWrites, TurnBatch } from './turn-batch.js';
 import { type ClusterNodeSpec, type LockNodeSpec } from './lock-options.js';
@@ -104,6 +105,7 @@ export class LockNode {
       this.topology = 'server';
       this.label = serverLabel(client);
     }
+    if (this.topology !== 'cluster') hearSocketErrors(client as Redis);
     client.on('error', (error: Error) => (this.lastError = withCause(error)));
     client.on('ready', () => (this.lastError = undefined));
     this.scripts = new ScriptLoader(client, this.topology === 'cluster', () => this.servers());

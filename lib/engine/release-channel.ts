@@ -1,6 +1,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import { closeSentinelWatch, type LockNode } from './lock-node.js';
 import { isClusterClient } from './node-specs.js';
+import { hearSocketErrors } from './socket-errors.js';
 import { bounded } from './time-bound.js';
 
 /** How long a channel stays subscribed after its last waiter left, to spare churn on hot keys. */
@@ -156,6 +157,7 @@ function serverSubscriber(
   const channels = new Set<string>();
   let connected = false;
   subscriber.on('error', () => undefined);
+  hearSocketErrors(subscriber);
   subscriber.on('message', onRelease);
   subscriber.on('ready', () => {
     if (connected && channels.size > 0) {

@@ -14,6 +14,7 @@ import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
 import { accessSync, constants, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -251,6 +252,24 @@ describe('TLS', () => {
       ]);
       expect((error as Error).message).toMatch(/certificate/);
     }
+  });
+
+  it("survives a refused TLS socket's second error, which ioredis no longer listens for (the server's alert after the client refused its certificate)", async () => {
+    // On a busy machine a few refused handshakes in ten thousand end with the server's
+    // "tlsv1 alert decode error" after the certificate error; unheard, it ends the process.
+    const client = new Redis({ ...tlsOptions(tlsNode, { ca: pki.otherCa }), lazyConnect: true });
+    clients.push(client);
+    const engine = new LockEngine({ nodes: [client], logger: quietLogger() });
+    engines.push(engine);
+    const refused = once(client, 'error');
+    void engine.connect();
+    const [error] = (await refused) as [Error];
+    expect(error.message).toMatch(/certificate/);
+    // Still the refused socket: the client replaces it only when it reconnects, after a delay.
+    const socket = client.stream;
+    expect(socket.destroyed).toBe(true);
+    const alert = new Error('tlsv1 alert decode error (SSL alert number 50)');
+    expect(() => socket.emit('error', alert)).not.toThrow();
   });
 
   it('locks on a node that requires client certificates with tls: { ca, cert, key }, and refuses an engine without one with LockUnavailableError naming the node', async () => {
