@@ -119,7 +119,12 @@ function expectSafeGrants(records: readonly GrantRecord[]): GrantRecord[] {
     if (!(r.grant <= r.releaseStart))
       problems.push(`grant after its release: ${JSON.stringify(r)}`);
     // Mutual exclusion only holds while a lock is valid; a lease run out would void the check.
-    if (!r.heldAtRelease || !r.released) problems.push(`not held at release: ${JSON.stringify(r)}`);
+    // A release refused by a quorum means another holder or a lost lease. One that nodes left
+    // unanswered (starved of CPU) leaves the lease to expire instead, which the next grant's
+    // time and token are checked against like any other.
+    if (!r.heldAtRelease || (!r.released && r.releaseFailures === 0)) {
+      problems.push(`not held at release: ${JSON.stringify(r)}`);
+    }
     const previous = byTime[i - 1];
     if (!previous) continue;
     if (!(previous.releaseStart < r.grant)) {
