@@ -105,7 +105,12 @@ export class LockNode {
       this.topology = 'server';
       this.label = serverLabel(client);
     }
-    if (this.topology !== 'cluster') hearSocketErrors(client as Redis);
+    if (isClusterClient(client)) {
+      for (const node of client.nodes('all')) hearSocketErrors(node);
+      client.on('+node', hearSocketErrors);
+    } else {
+      hearSocketErrors(client);
+    }
     client.on('error', (error: Error) => (this.lastError = withCause(error)));
     client.on('ready', () => (this.lastError = undefined));
     this.scripts = new ScriptLoader(client, this.topology === 'cluster', () => this.servers());

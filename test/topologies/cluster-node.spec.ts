@@ -253,6 +253,20 @@ describe('a Redis Cluster as the only node', () => {
     expect(await mine.ping()).toBe('PONG');
   });
 
+  it("hears every socket of the cluster's masters past its first error, which ioredis stops listening for", async () => {
+    // A refused TLS handshake can end with a second error (the server's alert); unheard, Node
+    // throws it as an uncaught exception. Emitted here by hand on each live master connection.
+    const { engine } = await connected();
+    await engine.tryAcquire(spreadOverMasters('sockets')).then((lock) => lock.release());
+    const masters = (engine.nodes[0].client as Cluster).nodes('master');
+    expect(masters).toHaveLength(3);
+    for (const master of masters) {
+      const socket = master.stream;
+      socket.emit('error', new Error('first'));
+      expect(() => socket.emit('error', new Error('second'))).not.toThrow();
+    }
+  });
+
   it('warns about one member of a cluster given as a plain server', async () => {
     const member = cluster.nodes[0];
     const logger = quietLogger();
