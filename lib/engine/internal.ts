@@ -28,6 +28,7 @@ export { retryDelay } from './retry-delay.js';
 // A call's options, checked and resolved the same way by every engine (the in-memory one too).
 export { callTimings, checkCallOptions, singleAttempt } from './call-request.js';
 export { holdWhile, keepAlive } from './lease-renewal.js';
+export { lostOnNodes } from './lease-rounds.js';
 // The events every engine reports about a call's outcome, the in-memory one too.
 export {
   reportAcquired,

@@ -50,12 +50,7 @@ export async function extendLease(
   // The new lease may have been set on nodes whose answer came too late or never: a shorter
   // one than before then ends sooner than the validity the lock still counts on.
   if (renewed < lock.validUntil) lock.renewed(renewed);
-  if (round.no > nodes.length - quorum) {
-    const why =
-      'the nodes no longer hold it (it expired, was taken over, or was force-released by an operator)';
-    lock.lost(why);
-    throw new LockLostError(lock.resources, why);
-  }
+  if (round.no > nodes.length - quorum) lostOnNodes(lock);
   throw new LockUnavailableError(
     lock.resources,
     roundFailures(nodes, round.errors),
@@ -96,4 +91,12 @@ export async function releaseLease(
   // Only now: a close() waiting for this lock must not close the connections under its release.
   context.released(lock, result, start, round);
   return result;
+}
+
+/** Too many nodes no longer hold the lock: it is lost, and the extension that found out throws. */
+export function lostOnNodes(lock: Lock): never {
+  const why =
+    'the nodes no longer hold it (it expired, was taken over, or was force-released by an operator)';
+  lock.lost(why);
+  throw new LockLostError(lock.resources, why);
 }

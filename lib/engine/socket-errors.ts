@@ -16,10 +16,10 @@ const ignore = () => undefined;
  */
 export function hearSocketErrors(client: Redis): void {
   const hear = () => {
-    const socket = client.stream as object | undefined;
+    const socket = client.stream as Redis['stream'] | undefined;
     if (!socket || heard.has(socket)) return;
     heard.add(socket);
-    client.stream.on('error', ignore);
+    socket.on('error', ignore);
   };
   // 'error' comes while the failed socket is still the client's (a reconnect replaces it later).
   client.on('error', hear);

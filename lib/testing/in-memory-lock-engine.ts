@@ -16,6 +16,7 @@ import {
   reportLost,
   reportReleased,
   checkRoutine,
+  lostOnNodes,
   singleAttempt,
   type AcquireOptions,
   type TryAcquireOptions,
@@ -209,12 +210,7 @@ export class InMemoryLockEngine extends EventEmitter<LockEvents> implements Lock
       reportExtended(this, lock, performance.now(), round, results, ttl);
       return lock;
     }
-    if (round.no > this.nodes.length - this.quorum) {
-      const why =
-        'the nodes no longer hold it (it expired, was taken over, or was force-released by an operator)';
-      lock.lost(why);
-      throw new LockLostError(lock.resources, why);
-    }
+    if (round.no > this.nodes.length - this.quorum) lostOnNodes(lock);
     throw new LockUnavailableError(
       lock.resources,
       round.failures,
