@@ -3,7 +3,7 @@ import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis'
 import { runBySlot } from './cluster-scripts.js';
 import type { LuaScript } from './lua-scripts.js';
 import { ScriptLoader } from './script-loader.js';
-import { hearSocketErrors } from './socket-errors.js';
+import { hearClusterSockets, hearSocketErrors } from './socket-errors.js';
 import { bounded } from './time-bound.js';
 import { RunWrites, TurnBatch } from './turn-batch.js';
 import { type ClusterNodeSpec, type LockNodeSpec } from './lock-options.js';
@@ -105,12 +105,8 @@ export class LockNode {
       this.topology = 'server';
       this.label = serverLabel(client);
     }
-    if (isClusterClient(client)) {
-      for (const node of client.nodes('all')) hearSocketErrors(node);
-      client.on('+node', hearSocketErrors);
-    } else {
-      hearSocketErrors(client);
-    }
+    if (isClusterClient(client)) hearClusterSockets(client);
+    else hearSocketErrors(client);
     client.on('error', (error: Error) => (this.lastError = withCause(error)));
     client.on('ready', () => (this.lastError = undefined));
     this.scripts = new ScriptLoader(client, this.topology === 'cluster', () => this.servers());

@@ -1,7 +1,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import { closeSentinelWatch, type LockNode } from './lock-node.js';
 import { isClusterClient } from './node-specs.js';
-import { hearSocketErrors } from './socket-errors.js';
+import { hearClusterSockets, hearSocketErrors } from './socket-errors.js';
 import { bounded } from './time-bound.js';
 
 /** How long a channel stays subscribed after its last waiter left, to spare churn on hot keys. */
@@ -9,6 +9,8 @@ const LINGER_MS = 5000;
 
 /** One node's subscriber connection(s), whatever the node's topology. */
 interface Subscriber {
+  /** The subscriber's own client. */
+  readonly connection: Redis | Cluster;
   subscribe(keys: readonly string[]): Promise<unknown>;
   unsubscribe(key: string): Promise<unknown>;
   close(): Promise<void>;
@@ -166,6 +168,7 @@ function serverSubscriber(
     connected = true;
   });
   return {
+    connection: subscriber,
     subscribe: (keys) => {
       for (const key of keys) channels.add(key);
       return subscriber.subscribe(...keys);
@@ -200,8 +203,10 @@ function shardSubscriber(
     redisOptions: { ...client.options.redisOptions, maxRetriesPerRequest: null },
   });
   subscriber.on('error', () => undefined);
+  hearClusterSockets(subscriber);
   subscriber.on('smessage', onRelease);
   return {
+    connection: subscriber,
     // One command per key: the keys of one SSUBSCRIBE must share a slot.
     subscribe: (keys) => Promise.all(keys.map((key) => subscriber.ssubscribe(key))),
     unsubscribe: (key) => subscriber.sunsubscribe(key),

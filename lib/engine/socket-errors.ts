@@ -1,5 +1,6 @@
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 
+/** The sockets and clients already heard. */
 const heard = new WeakSet<object>();
 const ignore = () => undefined;
 
@@ -15,6 +16,8 @@ const ignore = () => undefined;
  * `'error'` events, which the engine reads, are unchanged.
  */
 export function hearSocketErrors(client: Redis): void {
+  if (heard.has(client)) return;
+  heard.add(client);
   const hear = () => {
     const socket = client.stream as Redis['stream'] | undefined;
     if (!socket || heard.has(socket)) return;
@@ -24,4 +27,32 @@ export function hearSocketErrors(client: Redis): void {
   // 'error' comes while the failed socket is still the client's (a reconnect replaces it later).
   client.on('error', hear);
   client.on('connect', hear);
+}
+
+/** ioredis's group of sharded subscribers (a private field of a Cluster made with `shardedSubscribers`). */
+interface ShardedSubscriberGroup {
+  readonly shardedSubscribers?: ReadonlyMap<string, { getInstance?(): Redis | null }>;
+}
+
+/**
+ * {@link hearSocketErrors} for every connection of a cluster client: each
+ * master's, known now or added later (`'+node'`), and each sharded
+ * subscriber's. ioredis makes a sharded subscriber's client inside its
+ * subscriber group and announces it only as `'+subscriber'`, without the
+ * client, so the group is read for the clients it holds then.
+ */
+export function hearClusterSockets(cluster: Cluster): void {
+  for (const node of cluster.nodes('all')) hearSocketErrors(node);
+  cluster.on('+node', hearSocketErrors);
+  const hearShards = () => {
+    const group = (cluster as unknown as { shardedSubscribers?: ShardedSubscriberGroup })
+      .shardedSubscribers;
+    for (const shard of group?.shardedSubscribers?.values() ?? []) {
+      const client = shard.getInstance?.();
+      if (client) hearSocketErrors(client);
+    }
+  };
+  // Emitted right after the subscriber starts to connect, before its socket can fail.
+  cluster.on('+subscriber', hearShards);
+  hearShards();
 }

@@ -267,6 +267,31 @@ describe('a Redis Cluster as the only node', () => {
     }
   });
 
+  it("hears every socket of the release channel's sharded subscribers past its first error", async () => {
+    // ioredis makes a client per master inside its sharded subscriber group; a waiter's
+    // subscription starts them. Each is reached through the engine's private release channel.
+    const { engine } = await connected();
+    const { engine: waiter } = await connected();
+    for (const resource of spreadOverMasters('shard-sockets')) {
+      const lock = await engine.acquire(resource);
+      const { next } = await timedHandOff(lock, waiter, resource, SLOW_POLLING);
+      await next.release();
+    }
+    const channel = (waiter as unknown as { channel: { subscribers: { connection: Cluster }[] } })
+      .channel;
+    const group = (
+      channel.subscribers[0].connection as unknown as {
+        shardedSubscribers: { shardedSubscribers: Map<string, { getInstance(): Redis }> };
+      }
+    ).shardedSubscribers.shardedSubscribers;
+    const sockets = [...group.values()].map((shard) => shard.getInstance().stream);
+    expect(sockets).toHaveLength(3);
+    for (const socket of sockets) {
+      socket.emit('error', new Error('first'));
+      expect(() => socket.emit('error', new Error('second'))).not.toThrow();
+    }
+  });
+
   it('warns about one member of a cluster given as a plain server', async () => {
     const member = cluster.nodes[0];
     const logger = quietLogger();
