@@ -55,6 +55,12 @@ export type Floors = Map<number, { raw?: number; rawAp?: number }>;
  * comes and goes spreads over all of them. The rate is the best round:
  * outside load only ever slows a round down, so on a shared machine the best
  * round is the closest to what the library does undisturbed.
+ *
+ * A round that counts nothing comes first: every contender runs once so that
+ * V8 has compiled its code (and ioredis's, which all share) before any round
+ * is measured. Without it the first library of the first round ran on cold
+ * code: that round of ours was about half as fast as its others, and its
+ * slowest cycles set ours' p99.
  */
 export async function measureUncontended(
   context: BenchContext,
@@ -78,6 +84,21 @@ export async function measureUncontended(
     firstError: undefined as string | undefined,
     error: undefined as string | undefined,
   }));
+  for (const run of runs) {
+    await context.reset();
+    await context
+      .withSession(run.contender, count, { mode: 'try', ttl: TTL }, (session) =>
+        uncontendedLoad(session, {
+          concurrency: callers,
+          warmupMs: warmupMs + measureMs,
+          measureMs: 0,
+          keyPrefix: `${keyPrefix}:${run.contender.id}:warm-up`,
+          timed,
+        }),
+      )
+      // A library that fails here fails its measured rounds too, which report it.
+      .catch(() => undefined);
+  }
   for (let round = 0; round < rounds; round++) {
     for (const run of round % 2 === 0 ? runs : [...runs].reverse()) {
       if (run.error) continue;
