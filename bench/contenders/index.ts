@@ -43,6 +43,8 @@ export const OURS_NO_FENCING = oursContender({
 export const IN_PROCESS_MUTEX = inProcessMutexContender();
 export const RAW = rawFloorContender(false);
 export const RAW_AP = rawFloorContender(true);
+/** The engine's own scripts sent by hand: the protocol's cost without the engine's code. */
+export const RAW_SCRIPTS = rawFloorContender(false, true);
 
 /**
  * The peers in one configuration: `defaults` (plain clients, the README's

@@ -1,4 +1,11 @@
-import { OURS, peersBothWays, type Contender } from '../contenders/index.js';
+import {
+  OURS,
+  OURS_NO_FENCING,
+  peersBothWays,
+  RAW,
+  RAW_SCRIPTS,
+  type Contender,
+} from '../contenders/index.js';
 import { HEADLINES, type Headlines, type PlainLoopFigures } from '../report/targets.js';
 import type { BenchContext } from '../support/bench-context.js';
 import { formatMs } from '../../dev/text.js';
@@ -16,9 +23,13 @@ import {
 /** Callers per process: one request at a time, a few, a busy service. */
 export const PLAIN_LOOP_CALLERS = [1, 4, 32] as const;
 
-/** Ours first, then each peer with its defaults and tuned. */
+/**
+ * Ours first, then each peer with its defaults and tuned, then what a cycle
+ * of ours is made of: the same without fencing, our scripts sent by hand (no
+ * engine), and the peers' bare commands sent by hand (see breakdown()).
+ */
 function contenders(): Contender[] {
-  return [OURS, ...peersBothWays()];
+  return [OURS, ...peersBothWays(), OURS_NO_FENCING, RAW_SCRIPTS, RAW];
 }
 
 interface Cell {
@@ -178,7 +189,7 @@ function report(
     ],
   };
   return {
-    tables: [summary, detail],
+    tables: [summary, breakdown(cells), detail],
     charts: [],
     data: cells.map((cell, c) => ({
       callers: cell.callers,
@@ -191,5 +202,52 @@ function report(
         ...row,
       })),
     })),
+  };
+}
+
+/**
+ * Where a cycle of ours goes, as ratios of rates measured in the same rounds
+ * (the median of the per-round ratios): the peers' bare `SET NX PX` by hand,
+ * our engine's scripts by hand, the engine with fencing off, the engine.
+ */
+function breakdown(cells: readonly Cell[]): ReportTable {
+  const rowOf = (cell: Cell, id: string) =>
+    cell.rows.find((row) => row.contender.id === id && !row.error);
+  const ratio = (a: UncontendedRow | undefined, b: UncontendedRow | undefined) => {
+    const r = a && b ? pairedRatio(a.rates, b.rates) : undefined;
+    return r === undefined ? '–' : `${r.toFixed(2)}×`;
+  };
+  return {
+    title: 'Where a cycle of ours goes',
+    headers: [
+      'callers',
+      'nodes',
+      'bare SET by hand cycles/s',
+      'our scripts by hand × bare SET',
+      'ours, fencing off × our scripts by hand',
+      'ours × our scripts by hand',
+      'ours × bare SET',
+    ],
+    align: ['r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    rows: cells.map((cell) => {
+      const bare = rowOf(cell, RAW.id);
+      const scripts = rowOf(cell, RAW_SCRIPTS.id);
+      const ours = rowOf(cell, OURS.id);
+      return [
+        String(cell.callers),
+        String(cell.nodes),
+        bare ? formatRate(median(bare.rates)) : '–',
+        ratio(scripts, bare),
+        ratio(rowOf(cell, OURS_NO_FENCING.id), scripts),
+        ratio(ours, scripts),
+        ratio(ours, bare),
+      ];
+    }),
+    notes: [
+      'Each ratio is the median over the rounds of the two rates measured in the same round.',
+      `"bare SET by hand" (${RAW.label}): what the peers send, \`SET NX PX\` then a compare-and-delete script, with no library around it (on several nodes, every node in parallel, each round done at a majority).`,
+      `"our scripts by hand" (${RAW_SCRIPTS.label}): our engine's ACQUIRE and RELEASE scripts with the arguments the engine sends, in the same loop, with no engine: against the bare SET it is the cost of the protocol (the fence counter's INCR, the check for a waiters' line before a grant and before a release's message); the engine against it is the cost of the engine's own code (the quorum round and its timer, the lock object, events, renewal books).`,
+      '"ours, fencing off": the engine without the fence counter, against the scripts by hand with it.',
+    ],
   };
 }
