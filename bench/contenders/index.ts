@@ -13,7 +13,7 @@ export const OURS = oursContender({
   id: 'ours',
   label: 'ours (LockEngine)',
   settings:
-    'defaults: owns its clients (no auto-pipelining: with several nodes the scripts of one turn go out as one BATCH command per node; with one node each call leaves at once), fencing on, nodeTimeout ttl/10; try: tryAcquire(); wait: acquire() with the default retry (10 ms ×5 up to 200 ms, ±50 %)',
+    'defaults: owns its clients (no auto-pipelining: the lock scripts of one turn go out as one BATCH command per node), fencing on, nodeTimeout ttl/10; try: tryAcquire(); wait: acquire() with the default retry (10 ms ×5 up to 200 ms, ±50 %)',
 });
 
 export const OURS_AP_CLIENTS = oursContender({

@@ -293,7 +293,7 @@ function report(rows: readonly UncontendedRow[], floors: Floors): ScenarioResult
         'No key is ever busy here, so retry settings play no part in this scenario; clients and extras do.',
       '"CPU µs/cycle": CPU time per lock cycle (warm-up included) in this process (the library, ioredis, GC) and in the redis-servers (all nodes together). ' +
         'Unlike cycles/s these hardly move with load from other processes on the machine, so they are the steadier basis for comparing libraries here.',
-      'Our engine opens plain clients by default ("ours (LockEngine)"); with several nodes it sends the lock scripts of one turn to each node as one BATCH command, with one node each call at once; "ours, auto-pipelining clients" is the engine given ioredis clients with enableAutoPipelining.',
+      'Our engine opens plain clients by default ("ours (LockEngine)"); it sends the lock scripts of one turn to each node as one BATCH command; "ours, auto-pipelining clients" is the engine given ioredis clients with enableAutoPipelining.',
       ...uniqueSettings(rows),
     ],
   };

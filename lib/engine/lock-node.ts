@@ -5,7 +5,7 @@ import type { LuaScript } from './lua-scripts.js';
 import { ScriptLoader } from './script-loader.js';
 import { hearClusterSockets, hearSocketErrors } from './socket-errors.js';
 import { bounded } from './time-bound.js';
-import { RunWrites, TurnBatch } from './turn-batch.js';
+import { TurnBatch } from './turn-batch.js';
 import { type ClusterNodeSpec, type LockNodeSpec } from './lock-options.js';
 import { isClusterClient, isClusterSpec, isRedisClient } from './node-specs.js';
 
@@ -72,24 +72,13 @@ export class LockNode {
   private lastError: Error | undefined;
   /** Runs the scripts by SHA, loaded on each connection before its first call. */
   private readonly scripts: ScriptLoader;
-  /**
-   * A server's calls of one turn, sent together; none for the engine's only
-   * node, whose calls leave at once (see TurnBatch), or a cluster, whose go by slot.
-   */
+  /** A server's calls of one turn, sent together (see TurnBatch); none for a cluster, whose go by slot. */
   private readonly batch: TurnBatch | undefined;
-  /** The engine's only server: its calls made together leave a few to a write (see RunWrites). */
-  private readonly writes: RunWrites | undefined;
 
   private constructor(
     readonly client: Redis | Cluster,
     /** True when the engine opened the client and must close it. */
     readonly owned: boolean,
-    /**
-     * A server of an engine of several nodes: its calls of one turn leave as
-     * one command (see TurnBatch). The engine's only node and a cluster send
-     * each call at once.
-     */
-    batched: boolean,
     seeds?: readonly string[],
   ) {
     if (isClusterClient(client)) {
@@ -110,24 +99,18 @@ export class LockNode {
     client.on('error', (error: Error) => (this.lastError = withCause(error)));
     client.on('ready', () => (this.lastError = undefined));
     this.scripts = new ScriptLoader(client, this.topology === 'cluster', () => this.servers());
-    this.batch = batched ? new TurnBatch(this.scripts.run) : undefined;
-    this.writes =
-      batched || this.topology === 'cluster'
-        ? undefined
-        : new RunWrites(() => (client as Redis).stream);
+    this.batch = this.topology === 'cluster' ? undefined : new TurnBatch(this.scripts.run);
   }
 
-  /** `alone`: the engine's only node (see TurnBatch). */
-  static from(spec: LockNodeSpec, alone = false): LockNode {
-    if (isRedisClient(spec)) return new LockNode(spec, false, !alone);
+  static from(spec: LockNodeSpec): LockNode {
+    if (isRedisClient(spec)) return new LockNode(spec, false);
     if (isClusterSpec(spec)) return LockNode.openCluster(spec);
-    if (typeof spec === 'string')
-      return new LockNode(new Redis(spec, OWNED_CLIENT_DEFAULTS), true, !alone);
+    if (typeof spec === 'string') return new LockNode(new Redis(spec, OWNED_CLIENT_DEFAULTS), true);
     const options = spec as RedisOptions;
     const defaults = options.sentinels
       ? { ...OWNED_CLIENT_DEFAULTS, ...OWNED_SENTINEL_DEFAULTS }
       : OWNED_CLIENT_DEFAULTS;
-    return new LockNode(new Redis({ ...defaults, ...options }), true, !alone);
+    return new LockNode(new Redis({ ...defaults, ...options }), true);
   }
 
   private static openCluster({ cluster, options = {} }: ClusterNodeSpec): LockNode {
@@ -153,7 +136,6 @@ export class LockNode {
     return new LockNode(
       client,
       true,
-      false,
       seeds.map((s) => `${s.host}:${s.port}`),
     );
   }
@@ -239,11 +221,9 @@ export class LockNode {
   /**
    * Runs a script by SHA; after SCRIPT FLUSH or a restart, by source (which
    * caches it again). On a cluster, keys of several slots make one call per
-   * slot, all or nothing (see cluster-scripts.ts). On a server of an engine
-   * of several nodes, the calls made in the same turn of the event loop leave
-   * together, in order: the lock scripts among them as one BATCH command; the
-   * engine's only node sends each call at once, those made together a few to
-   * a write (see {@link TurnBatch} and {@link RunWrites}).
+   * slot, all or nothing (see cluster-scripts.ts). On a server, the calls
+   * made in the same turn of the event loop leave together, in order: the
+   * lock scripts among them as one BATCH command (see {@link TurnBatch}).
    */
   run(
     script: LuaScript,
@@ -255,7 +235,6 @@ export class LockNode {
     }
     if (this.topology === 'cluster') return runBySlot(script, keys, args, this.scripts.run);
     if (this.batch) return this.batch.run(script, keys, args);
-    this.writes?.hold();
     return this.scripts.run(script, keys, args);
   }
 

@@ -1,4 +1,3 @@
-import type { Writable } from 'node:stream';
 import { ReplyError } from 'ioredis';
 import { BATCH, BATCHABLE, type LuaScript } from './lua-scripts.js';
 import type { ScriptCall } from './script-loader.js';
@@ -32,16 +31,15 @@ const MAX_BATCH = 64;
  * out in the turn's check phase (setImmediate), right after the I/O callbacks
  * that made them, never a timer's delay later.
  *
- * Only an engine of several nodes batches (LockNode): there one command a
- * turn per node keeps the nodes and the client from competing for the cores
- * with a command per call (in the bench's paired rounds, sending every call
- * at once made 4 callers on 3 nodes 0.68× as fast and 32 callers 0.54×). An
- * engine of one node sends each call at once, as its peers do (those made
- * together in writes of four, RunWrites): there
- * batching made the node and the client take turns (at once: 4 callers 1.13×,
- * 32 callers 1.17×, faster in every round). Sending only each turn's first
- * call at once on several nodes helps a lone caller within noise and made 4
- * callers on 3 and 5 nodes 0.71 to 0.76× as fast (two commands a turn).
+ * Every server batches, the engine's only node too (LockNode). In paired
+ * rounds on one node (a loop of tryAcquire and release, 10 rounds per cell,
+ * every engine warmed up first), batching the turn against sending each call
+ * at once, four to a write: 1 caller 1.00x, 4 callers 1.02x, 32 callers
+ * 1.11x (faster in every round). A lone caller's call waits for the turn's end, where
+ * nothing else joins it, and leaves as the script itself, not in a BATCH.
+ * Sending only each turn's first call at once on several nodes helps a lone
+ * caller within noise and made 4 callers on 3 and 5 nodes 0.71 to 0.76x as
+ * fast (two commands a turn).
  */
 export class TurnBatch {
   /** Calls waiting for the end of the turn. */
@@ -116,51 +114,4 @@ export class TurnBatch {
       },
     );
   }
-}
-
-/** The most calls of one run of callbacks that leave in one write (see RunWrites). */
-const CALLS_PER_WRITE = 4;
-
-/**
- * The engine's only node sends each call at once, but the calls made in one
- * run of the event loop's callbacks and promise jobs (callers woken by the
- * same read of replies, HTTP requests handled together) leave in writes of
- * up to {@link CALLS_PER_WRITE}: the socket is corked at the first, written
- * when a fifth comes, and uncorked once those jobs are done (process.nextTick
- * runs after the promise jobs queued before it). A system call per four
- * calls instead of one each, while the node already works on the first four
- * as the client builds the next: in the bench's paired rounds against a call
- * per write, 4 callers 1.08 to 1.11× and 32 callers 1.62× as fast, faster in
- * every round; one write for all 32 made the node and the client take turns
- * (32 callers 0.99 to 1.38×, within noise).
- */
-export class RunWrites {
-  /** Calls made in this run of callbacks and not yet written. */
-  private held = 0;
-  /** The connection held corked for them. */
-  private corked: Writable | undefined;
-
-  constructor(private readonly stream: () => Writable | undefined) {}
-
-  /** Called before each call is handed to the client: holds it for this run's write. */
-  hold(): void {
-    if (++this.held === 1) process.nextTick(this.endOfRun);
-    else if (this.held > CALLS_PER_WRITE && this.corked) {
-      this.corked.uncork();
-      this.corked = undefined;
-      this.held = 1;
-    }
-    if (this.corked) return;
-    const stream = this.stream();
-    if (!stream?.writable) return;
-    this.corked = stream;
-    stream.cork();
-  }
-
-  private readonly endOfRun = (): void => {
-    this.held = 0;
-    const stream = this.corked;
-    this.corked = undefined;
-    stream?.uncork();
-  };
 }

@@ -1,11 +1,9 @@
 /**
- * On an engine of several nodes, the lock calls of one turn of the event loop
- * leave for each node as one BATCH command (lib/engine/lock-node.ts,
- * turn-batch.ts); on an engine of one node, each leaves at once, those of one
- * turn in writes of four calls to the socket. Checked on
- * real redis-server processes through the servers' own command counts, with
- * each caller still getting its own reply, its own error and its place in the
- * order of calls.
+ * The lock calls of one turn of the event loop leave for each node as one
+ * BATCH command (lib/engine/lock-node.ts, turn-batch.ts), on an engine of
+ * several nodes and on an engine of one. Checked on real redis-server
+ * processes through the servers' own command counts, with each caller still
+ * getting its own reply, its own error and its place in the order of calls.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
@@ -59,13 +57,17 @@ async function resetStats(engine: LockEngine): Promise<void> {
   await sent(engine);
   await Promise.all(admins.map((admin) => admin.config('RESETSTAT')));
 }
-/** Every node alike: `n` script calls each. */
-const each = (n: number) => Array<number>(3).fill(n);
-
-describe('concurrent lock calls on an engine of 3 nodes', () => {
+describe.each([3, 1])('concurrent lock calls on an engine of %i node(s)', (count) => {
+  /** Every node of the engine alike: `n` script calls each. */
+  const each = (n: number) => Array<number>(count).fill(n);
+  /** Connections of their own to the engine's nodes. */
+  const nodes = () => admins.slice(0, count);
   let engine: LockEngine;
   beforeAll(async () => {
-    engine = new LockEngine({ nodes: redis.nodes.map((n) => n.url), logger: quietLogger() });
+    engine = new LockEngine({
+      nodes: redis.nodes.slice(0, count).map((n) => n.url),
+      logger: quietLogger(),
+    });
     await engine.connect();
     // The node learns BATCH by its first use (NOSCRIPT, then by source): not counted below.
     const warm = await Promise.all([
@@ -74,7 +76,7 @@ describe('concurrent lock calls on an engine of 3 nodes', () => {
     ]);
     await Promise.all(warm.map((l) => l.release()));
     // And every script a lone call may run, so that none is counted twice (NOSCRIPT, then EVAL).
-    for (const admin of admins)
+    for (const admin of nodes())
       for (const script of BATCHABLE) await admin.script('LOAD', script.source);
   });
   afterAll(async () => {
@@ -89,7 +91,7 @@ describe('concurrent lock calls on an engine of 3 nodes', () => {
     expect(locks.map((l) => l.resources[0])).toEqual(resources);
     expect(new Set(locks.map((l) => l.value)).size).toBe(20);
     for (const lock of locks) {
-      for (const admin of admins)
+      for (const admin of nodes())
         expect(await admin.get(`lock:{${lock.resources[0]}}`)).toBe(lock.value);
       expect(lock.token).toBeGreaterThan(0);
     }
@@ -97,7 +99,7 @@ describe('concurrent lock calls on an engine of 3 nodes', () => {
     await Promise.all(locks.map((l) => l.release()));
     expect(await scriptCalls(engine, admins)).toEqual(each(1));
     for (const r of resources)
-      for (const admin of admins) expect(await admin.exists(`lock:{${r}}`)).toBe(0);
+      for (const admin of nodes()) expect(await admin.exists(`lock:{${r}}`)).toBe(0);
   });
 
   it('share a command when made in separate callbacks of one turn of the event loop', async () => {
@@ -126,7 +128,7 @@ describe('concurrent lock calls on an engine of 3 nodes', () => {
 
   it('keep one caller’s Redis error to that caller', async () => {
     const foreign = unique('foreign');
-    for (const admin of admins) await admin.rpush(`lock:{${foreign}}`, 'not a lock');
+    for (const admin of nodes()) await admin.rpush(`lock:{${foreign}}`, 'not a lock');
     const resources = [unique('before'), foreign, unique('after')];
     const outcomes = await Promise.allSettled(resources.map((r) => engine.tryAcquire(r)));
     // One command per node for the three; then the failed caller cleans up after itself (a
@@ -138,7 +140,7 @@ describe('concurrent lock calls on an engine of 3 nodes', () => {
     const error = (outcomes[1] as PromiseRejectedResult).reason as Error;
     expect(error).toBeInstanceOf(LockUnavailableError);
     expect(error.message).toContain('WRONGTYPE');
-    for (const admin of admins)
+    for (const admin of nodes())
       expect(await admin.lrange(`lock:{${foreign}}`, 0, -1)).toEqual(['not a lock']);
     await Promise.all(
       outcomes.flatMap((o) => (o.status === 'fulfilled' ? [(o.value as Lock).release()] : [])),
@@ -148,12 +150,12 @@ describe('concurrent lock calls on an engine of 3 nodes', () => {
   it('hand every caller its 16-digit fencing token exactly', async () => {
     // Tokens may grow to 2^53 - 1; the batch's reply must not round them (as %.14g would).
     const start = 9_007_199_254_740_000;
-    for (const admin of admins) await admin.set('lock:fence', String(start));
+    for (const admin of nodes()) await admin.set('lock:fence', String(start));
     const resources = Array.from({ length: 8 }, () => unique('digits'));
     const locks = await Promise.all(resources.map((r) => engine.tryAcquire(r)));
     expect(await scriptCalls(engine, admins)).toEqual(each(1));
     expect(locks.map((l) => l.token)).toEqual(resources.map((_, i) => start + i + 1));
-    for (const admin of admins)
+    for (const admin of nodes())
       expect(await admin.get('lock:fence')).toBe(String(start + resources.length));
     await Promise.all(locks.map((l) => l.release()));
   });
@@ -173,102 +175,15 @@ describe('concurrent lock calls on an engine of 3 nodes', () => {
   });
 
   it('still work after the nodes forgot their scripts (SCRIPT FLUSH)', async () => {
-    for (const admin of admins) await admin.script('FLUSH');
+    for (const admin of nodes()) await admin.script('FLUSH');
     const resources = Array.from({ length: 5 }, () => unique('flushed'));
     const locks = await Promise.all(resources.map((r) => engine.tryAcquire(r)));
     // The BATCH by SHA, refused with NOSCRIPT (it did not run); every script loaded again (an
     // EVAL each) and the BATCH, the last call to leave, sent once more.
     expect(await scriptCalls(engine, admins)).toEqual(each(1 + ALL_SCRIPTS.length + 1));
     for (const lock of locks)
-      for (const admin of admins)
+      for (const admin of nodes())
         expect(await admin.get(`lock:{${lock.resources[0]}}`)).toBe(lock.value);
-    await Promise.all(locks.map((l) => l.release()));
-  });
-});
-
-describe('lock calls on an engine of one node', () => {
-  let engine: LockEngine;
-  let admin: Redis;
-  beforeAll(async () => {
-    admin = admins[0]!;
-    engine = new LockEngine({ nodes: [redis.nodes[0].url], logger: quietLogger() });
-    await engine.connect();
-    // Every script loaded, so that none is counted twice (NOSCRIPT, then EVAL).
-    await (await engine.tryAcquire(unique('warm'))).release();
-  });
-  afterAll(async () => {
-    await engine.close();
-  });
-  beforeEach(() => resetStats(engine));
-
-  it('leave at once, each its own command, in the order they were made', async () => {
-    const resources = Array.from({ length: 20 }, () => unique('alone'));
-    const locks = await Promise.all(resources.map((r) => engine.tryAcquire(r)));
-    expect(await scriptCalls(engine, admins)).toEqual([20]);
-    expect(locks.map((l) => l.resources[0])).toEqual(resources);
-    expect(locks.map((l) => l.token)).toEqual(
-      [...locks.map((l) => l.token!)].sort((a, b) => a - b),
-    );
-    await Promise.all(locks.map((l) => l.release()));
-  });
-
-  it('made in one turn, leave the client in writes of four calls to the socket', async () => {
-    // The engine's own connection, watched where Node hands it data to send: one call of its
-    // _write or _writev is one write (system call) to the node.
-    const stream = (engine.nodes[0]!.client as Redis).stream as unknown as Record<
-      '_write' | '_writev',
-      (...args: unknown[]) => unknown
-    >;
-    const writes: number[] = [];
-    const watch = (name: '_write' | '_writev') => {
-      const original = stream[name];
-      stream[name] = function (this: unknown, ...args: unknown[]) {
-        writes.push(name === '_writev' ? (args[0] as unknown[]).length : 1);
-        return original.apply(this, args);
-      };
-      return () => (stream[name] = original);
-    };
-    const restore = [watch('_write'), watch('_writev')];
-    let locks: Lock[];
-    try {
-      locks = await Promise.all(Array.from({ length: 10 }, () => engine.tryAcquire(unique('w'))));
-    } finally {
-      for (const undo of restore) undo();
-    }
-    // Ten script calls, each its own command, in three writes.
-    expect(writes).toEqual([4, 4, 2]);
-    expect(await scriptCalls(engine, admins)).toEqual([10]);
-    await Promise.all(locks.map((l) => l.release()));
-  });
-
-  it('still work after the node forgot its scripts (SCRIPT FLUSH), and never out of order', async () => {
-    await admin.script('FLUSH');
-    const resources = Array.from({ length: 5 }, () => unique('flushed'));
-    const outcomes = await Promise.allSettled(resources.map((r) => engine.tryAcquire(r)));
-    // Five calls by SHA, each refused with NOSCRIPT (none ran). Every script is loaded again,
-    // and a refused call is sent once more only if it was the last to leave: one re-sent after
-    // a later call could run after it (a clean-up before its own acquisition). So the first four
-    // callers get the error and no lock (each attempt cleans up after itself with a release);
-    // the last is granted when its NOSCRIPT arrives before any of those releases left, as when
-    // the replies come in one read, and refused too otherwise. Either way no call ran out of
-    // order, and every refused caller's next try is granted.
-    await sent(engine);
-    expect(outcomes.slice(0, 4).map((o) => o.status)).toEqual(Array(4).fill('rejected'));
-    const locks: Lock[] = [];
-    for (const [i, outcome] of outcomes.entries()) {
-      const key = `lock:{${resources[i]}}`;
-      if (outcome.status === 'fulfilled') {
-        locks.push(outcome.value);
-        expect(await admin.get(key)).toBe(outcome.value.value);
-        continue;
-      }
-      const error = outcome.reason as Error;
-      expect(error).toBeInstanceOf(LockUnavailableError);
-      expect(error.message).toContain('NOSCRIPT');
-      expect(await admin.exists(key)).toBe(0);
-      locks.push(await engine.tryAcquire(resources[i]));
-    }
-    expect(locks).toHaveLength(resources.length);
     await Promise.all(locks.map((l) => l.release()));
   });
 });
