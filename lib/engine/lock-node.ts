@@ -233,9 +233,9 @@ export class LockNode {
     if (this.client.status !== 'ready' && this.lastError && this.owned) {
       return Promise.reject(new Error(`not connected (${this.lastError.message})`));
     }
-    if (this.topology === 'cluster') return runBySlot(script, keys, args, this.scripts.run);
+    // A server always has its batch; a cluster has none.
     if (this.batch) return this.batch.run(script, keys, args);
-    return this.scripts.run(script, keys, args);
+    return runBySlot(script, keys, args, this.scripts.run);
   }
 
   async close(): Promise<void> {
