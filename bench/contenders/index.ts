@@ -64,3 +64,10 @@ export function peersBothWays(): Contender[] {
   const tuned = peers('tuned');
   return peers('defaults').flatMap((peer, i) => [peer, tuned[i]]);
 }
+
+/** The hand-off's contenders that a worker process can open by id (see handoff-processes.ts). */
+export function waitingContender(id: string): Contender {
+  const found = [OURS, ...peersBothWays()].find((c) => c.id === id && c.canWait);
+  if (!found) throw new Error(`no contender '${id}' that can wait for a lock`);
+  return found;
+}

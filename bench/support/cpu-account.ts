@@ -95,7 +95,9 @@ export function describeCpu(shares: CpuShares): string {
   return (
     `CPU over ${Math.round(shares.seconds)} s (in cores of ${Math.round(shares.cores)}): bench process ${c(shares.bench)}, ` +
     `its redis-servers ${c(shares.redis)}, ` +
-    (shares.children > 0.005 ? `its Nest app process ${c(shares.children)}, ` : '') +
+    (shares.children > 0.005
+      ? `its child processes (Nest apps, hand-off workers) ${c(shares.children)}, `
+      : '') +
     `other processes ${c(shares.others)}`
   );
 }

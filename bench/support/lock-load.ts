@@ -117,58 +117,89 @@ export interface HandoffResult {
   readonly overlaps: number;
 }
 
+export interface HandoffOptions {
+  readonly workers: number;
+  readonly holdMs: number;
+  readonly workMs: number;
+  readonly warmupMs: number;
+  readonly measureMs: number;
+  readonly key: string;
+}
+
+/** The measured window of a hand-off, in ms of the workers' shared clock. */
+export interface HandoffWindow {
+  readonly measureFrom: number;
+  readonly measureTo: number;
+  /** The shared clock: performance.now() in one process, epoch ms across processes. */
+  now(): number;
+}
+
+/** What one hand-off worker did in the measured window. */
+export interface HandoffWorkerResult {
+  /** Its waits from asking to getting, in ms, one per grant in the window. */
+  readonly waits: number[];
+  /** [got, let go] of each hold, on the shared clock (for overlaps across workers). */
+  readonly holds: [number, number][];
+  failures: number;
+  firstFailure: string | undefined;
+}
+
 /**
- * Hand-off on one hot key: each worker asks (waiting with the library's
- * retry), holds for `holdMs`, releases, works `workMs` unlocked, asks again.
+ * One hand-off worker: asks (waiting with the library's retry), holds for
+ * `holdMs`, releases, works `workMs` unlocked, asks again, until the window
+ * ends. When the library gives up (its retry budget ran out), the worker asks
+ * again at once; its wait counts from its first ask, since it still has not
+ * got the lock. Fills `result` as it goes, so that what it did so far can be
+ * read while it is stuck in a library's call.
  */
-export async function handoffLoad(
+export async function handoffWorker(
   session: ContenderSession,
-  options: {
-    workers: number;
-    holdMs: number;
-    workMs: number;
-    warmupMs: number;
-    measureMs: number;
-    key: string;
-  },
-): Promise<HandoffResult> {
-  const wait = new LatencyRecorder();
-  const perWorker = new Array<number>(options.workers).fill(0);
-  const start = performance.now();
-  const measureFrom = start + options.warmupMs;
-  const measureTo = measureFrom + options.measureMs;
-  let holders = 0;
-  let overlaps = 0;
-  let failures = 0;
-  let firstFailure: string | undefined;
-  const worker = async (w: number) => {
-    // When the library gives up (its retry budget ran out), the worker asks again at once; its wait
-    // counts from its first ask, since it still has not got the lock.
-    let t0: number | undefined;
-    while (performance.now() < measureTo) {
-      t0 ??= performance.now();
-      let handle: unknown;
-      try {
-        handle = await session.acquire(options.key, w);
-      } catch (error) {
-        failures++;
-        firstFailure ??= (error as Error).message;
-        continue;
-      }
-      const t1 = performance.now();
-      if (holders++ > 0) overlaps++;
-      await sleep(options.holdMs);
-      holders--;
-      await session.release(handle, options.key);
-      if (t1 >= measureFrom && t1 < measureTo) {
-        perWorker[w]++;
-        wait.record(t1 - t0);
-      }
-      t0 = undefined;
-      await sleep(options.workMs);
+  worker: number,
+  options: HandoffOptions,
+  window: HandoffWindow,
+  result: HandoffWorkerResult = { waits: [], holds: [], failures: 0, firstFailure: undefined },
+): Promise<HandoffWorkerResult> {
+  const { now, measureFrom, measureTo } = window;
+  let t0: number | undefined;
+  while (now() < measureTo) {
+    t0 ??= now();
+    let handle: unknown;
+    try {
+      handle = await session.acquire(options.key, worker);
+    } catch (error) {
+      result.failures++;
+      result.firstFailure ??= (error as Error).message;
+      continue;
     }
-  };
-  await Promise.all(Array.from({ length: options.workers }, (_, w) => worker(w)));
+    const t1 = now();
+    await sleep(options.holdMs);
+    result.holds.push([t1, now()]);
+    await session.release(handle, options.key);
+    if (t1 >= measureFrom && t1 < measureTo) result.waits.push(t1 - t0);
+    t0 = undefined;
+    await sleep(options.workMs);
+  }
+  return result;
+}
+
+/**
+ * The hand-off's figures from its workers' results, their holds timed on one
+ * clock (across processes, the machine's monotonic clock).
+ */
+export function handoffSummary(
+  results: readonly HandoffWorkerResult[],
+  options: HandoffOptions,
+): HandoffResult {
+  const wait = new LatencyRecorder();
+  for (const r of results) for (const ms of r.waits) wait.record(ms);
+  const perWorker = results.map((r) => r.waits.length);
+  const holds = results.flatMap((r) => r.holds).sort((a, b) => a[0] - b[0]);
+  let overlaps = 0;
+  let heldUntil = -Infinity;
+  for (const [got, letGo] of holds) {
+    if (got < heldUntil) overlaps++;
+    heldUntil = Math.max(heldUntil, letGo);
+  }
   const grants = perWorker.reduce((a, b) => a + b, 0);
   const seconds = options.measureMs / 1000;
   return {
@@ -178,8 +209,25 @@ export async function handoffLoad(
     wait: wait.summary(),
     perWorker,
     fairness: jainIndex(perWorker),
-    failures,
-    firstFailure,
+    failures: results.reduce((a, r) => a + r.failures, 0),
+    firstFailure: results.find((r) => r.firstFailure)?.firstFailure,
     overlaps,
   };
+}
+
+/** Hand-off on one hot key, every worker in this process (see {@link handoffWorker}). */
+export async function handoffLoad(
+  session: ContenderSession,
+  options: HandoffOptions,
+): Promise<HandoffResult> {
+  const measureFrom = performance.now() + options.warmupMs;
+  const window = {
+    measureFrom,
+    measureTo: measureFrom + options.measureMs,
+    now: () => performance.now(),
+  };
+  const results = await Promise.all(
+    Array.from({ length: options.workers }, (_, w) => handoffWorker(session, w, options, window)),
+  );
+  return handoffSummary(results, options);
 }
