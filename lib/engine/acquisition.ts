@@ -135,6 +135,12 @@ export async function acquireWith<R extends CallRequest>(
       }
       if (outcome.busy) context.contended(request, attempt, outcome.retryAfter, outcome.round);
       let delay = retryDelay(request.retry, attempt);
+      // In the nodes' lines and hearing every node's releases, the waiter is woken by the release
+      // that names it: the delay is only a fallback (a message lost in a reconnect) and renews its
+      // place, so it is the policy's longest. A shorter one asks before its turn, only to be
+      // refused: a round to every node, and a clean-up on the one that answered last.
+      if (outcome.busy && request.inLine && context.channel?.listening(request.keys))
+        delay = Math.max(delay, retryDelay(request.retry, Infinity));
       // A holder that crashed frees the lock when its lease ends; no need to sleep past that.
       if (outcome.retryAfter !== undefined) delay = Math.min(delay, outcome.retryAfter + 1);
       if (outcome.again) delay = 0;
@@ -142,10 +148,10 @@ export async function acquireWith<R extends CallRequest>(
         await pause(context, Math.min(delay, deadline - now, outage), request, attempt);
       } else if (!ticket) {
         ticket = await lineUp(context, request);
-        // The head asks again now when a release may have gone unheard (during the attempt, or
-        // before the subscription was in place), or to take its place in the nodes' lines, which
-        // an attempt that was not yet waiting did not join. Otherwise it waits for a release.
-        const askNow = ticket.isHead && (watch?.end() !== false || !request.inLine);
+        // The refused attempt took its place in the nodes' lines. The head asks again now only
+        // when a release may have gone unheard (during the attempt, or before the subscription
+        // was in place); otherwise it waits for the release that names it.
+        const askNow = ticket.isHead && watch?.end() !== false;
         if (!askNow) await waitTurn(context, ticket, delay, deadline, request, attempt);
       } else {
         await waitTurn(context, ticket, delay, deadline, request, attempt);

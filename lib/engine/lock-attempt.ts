@@ -72,8 +72,9 @@ export class LockAttempts implements Acquirer<LockRequest> {
     const validUntil = start + ttl - request.drift;
     const { fencing, fenceCounterTtl } = context.options;
     if (request.waiter === '') request.waiter = value;
-    // A first attempt that is not yet waiting does not join the waiters' line (fewer arguments on
-    // the uncontended path): if refused, the caller lines up and asks again at once, joining then.
+    // A call that may wait joins the waiters' line from its first attempt: refused, it waits for
+    // the release that names it, instead of asking every node again just to take its place. A
+    // single attempt (tryAcquire) never joins (a lease of 0), and leaves the line's arguments out.
     const args: (string | number)[] = [
       value,
       ttl,
@@ -83,7 +84,7 @@ export class LockAttempts implements Acquirer<LockRequest> {
       fenceSeed(context.options),
       fenceCounterTtl,
     ];
-    const joinsLine = request.waiting || request.waiter !== value;
+    const joinsLine = request.lineLease > 0;
     if (joinsLine) args.push(request.waiter, request.arrival, request.lineLease);
     const round = await quorumRound(
       context.nodes,
@@ -114,12 +115,11 @@ export class LockAttempts implements Acquirer<LockRequest> {
       }
     }
     this.cleanUp(keys, value, round);
-    const busyInLine = request.lineLease > 0 && joinsLine;
     // Free but for an earlier waiter in line (a node grants one that arrived before every waiter
     // there, in line or not): asking again at once would be refused the same; it waits for a
     // release, which names it once it is first.
     const refusal = refusalOf(context, round, request, waitOf);
-    if (refusal.busy && busyInLine) request.inLine = true;
+    if (refusal.busy && joinsLine) request.inLine = true;
     return refusal;
   }
 

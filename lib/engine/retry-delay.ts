@@ -1,8 +1,9 @@
 import type { ResolvedRetry } from './lock-options.js';
 
 /**
- * Delay before retry number `retry` (1 for the first retry): exponential
- * growth from `delay` by `factor`, capped at `maxDelay`, spread by ±`jitter`
+ * Delay before retry number `retry` (1 for the first retry; Infinity for the
+ * longest): exponential growth from `delay` by `factor`, capped at
+ * `maxDelay`, spread by ±`jitter`
  * so that waiters that failed together do not come back together.
  */
 export function retryDelay(
@@ -10,7 +11,10 @@ export function retryDelay(
   retry: number,
   random: () => number = Math.random,
 ): number {
-  const base = Math.min(policy.maxDelay, policy.delay * policy.factor ** (retry - 1));
+  const base =
+    retry === Infinity
+      ? policy.maxDelay
+      : Math.min(policy.maxDelay, policy.delay * policy.factor ** (retry - 1));
   return Math.max(0, base * (1 + policy.jitter * (2 * random() - 1)));
 }
 

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import {
   LockAbortedError,
@@ -49,13 +50,40 @@ describe('waiters are woken when a lock is released', () => {
     await next.release();
   });
 
+  it('waits in line for the release that names it, not asking again at its shortest delay meanwhile', async () => {
+    const waiter = await engine();
+    const resource = unique('patient');
+    const lock = await holder.acquire(resource);
+    // 10 ms between attempts, up to 5 s: a waiter that polled would ask about 30 times below.
+    const retry = { delay: 10, factor: 1, maxDelay: 5000, jitter: 0 };
+    let refusals = 0;
+    const count = (event: { resources: readonly string[] }) => {
+      if (event.resources[0] === resource) refusals++;
+    };
+    waiter.on('contended', count);
+    // Its first attempt took its place in line; not yet listening then, it asked once more.
+    const inLine = nextLockEvent(waiter, 'contended', resource, 2);
+    const waiting = waiter.acquire(resource, { retry });
+    await inLine;
+    // Time passing is the point: the lock stays held, and a waiter that polled would be refused.
+    await sleep(300);
+    const whileHeld = refusals;
+    await lock.release();
+    const next = await waiting;
+    waiter.off('contended', count);
+    expect(whileHeld).toBe(2);
+    expect(refusals).toBe(2);
+    await next.release();
+  });
+
   it('without release notifications the same waiter sleeps its retry delay (the control)', async () => {
     const silentHolder = await engine({ releaseNotifications: false });
     const waiter = await engine({ releaseNotifications: false });
     const resource = unique('silent');
     const lock = await silentHolder.acquire(resource);
-    // After the second refusal: the waiter's first attempt is followed at once by one that joins
-    // the line; a release before that one would be taken at once, with no retry delay to show.
+    // After the second refusal: a waiter that cannot hear releases asks again at once after its
+    // first (one may have gone unheard); a release before that one would be taken at once, with
+    // no retry delay to show.
     const retry = { ...SLOW_POLLING, delay: 1500, maxDelay: 1500 };
     const { next, ms } = await timedHandOff(lock, waiter, resource, retry, 2);
     expect(ms).toBeGreaterThan(1000);
@@ -139,10 +167,9 @@ describe('waiters are woken when a lock is released', () => {
     );
     const started = performance.now();
     const lock = await holder.acquire(resource, { retry: SLOW_POLLING });
-    // The first attempt does not join the line and is refused (the ghost is first there); the
-    // second joins it ahead of the ghost, by arrival, and is granted in the same call: no third
-    // attempt, no retry delay.
-    expect(await attempts).toBe(2);
+    // A call that may wait joins the line with its first attempt, ahead of the ghost by arrival,
+    // and is granted in that same call: no second attempt, no retry delay.
+    expect(await attempts).toBe(1);
     expect(performance.now() - started).toBeLessThan(1000);
     await lock.release();
   });
@@ -193,13 +220,13 @@ describe('waiters are woken when a lock is released', () => {
   const contention = (engine: LockEngine, resource: string) =>
     nextLockEvent(engine, 'contended', resource);
   /**
-   * A waiter in the nodes' line: refused once, then once more right after it subscribed (a
-   * release may have come in between), which is the attempt that joins the line. That refusal
-   * is decided by a quorum; a PING behind the attempt on each of the waiter's connections
-   * comes back once every node has run it, so the waiter is in line on all of them.
+   * A waiter in the nodes' line: its first refused attempt joined it (one that did not yet
+   * listen for releases asks once more at once, which only renews its place). That refusal is
+   * decided by a quorum; a PING behind the attempt on each of the waiter's connections comes
+   * back once every node has run it, so the waiter is in line on all of them.
    */
   const inNodesLine = async (engine: LockEngine, resource: string) => {
-    await nextLockEvent(engine, 'contended', resource, 2);
+    await nextLockEvent(engine, 'contended', resource);
     await Promise.all(engine.nodes.map((node) => node.client.ping()));
   };
 
