@@ -86,14 +86,15 @@ export class LockAttempts implements Acquirer<LockRequest> {
     ];
     const joinsLine = request.lineLease > 0;
     if (joinsLine) args.push(request.waiter, request.arrival, request.lineLease);
+    const sent: Promise<AcquireReply>[] = [];
     const round = await quorumRound(
       context.nodes,
       (node, i) => {
         // Just reconnected: whether the node restarted is being read (one INFO round trip).
         const checking = context.pending(i);
-        return checking
+        return (sent[i] = checking
           ? checking.then(() => this.send(node, i, request, args))
-          : this.send(node, i, request, args);
+          : this.send(node, i, request, args));
       },
       // The tokens are checked as each reply comes in, not in a step of its own per node.
       fencing ? (reply) => isGrantedWithTokens(reply, keys.length) : isGranted,
@@ -106,7 +107,7 @@ export class LockAttempts implements Acquirer<LockRequest> {
         const settled = fencing ? this.settle(round, request, value, validUntil) : [];
         tokens = settled instanceof Promise ? await settled : settled;
       } catch (error) {
-        this.cleanUp(keys, value, round);
+        this.cleanUp(keys, value, round, sent);
         throw error;
       }
       if (tokens && performance.now() < validUntil) {
@@ -114,7 +115,7 @@ export class LockAttempts implements Acquirer<LockRequest> {
         return { lock, round };
       }
     }
-    this.cleanUp(keys, value, round);
+    this.cleanUp(keys, value, round, sent);
     // Free but for an earlier waiter in line (a node grants one that arrived before every waiter
     // there, in line or not): asking again at once would be refused the same; it waits for a
     // release, which names it once it is first.
@@ -190,15 +191,28 @@ export class LockAttempts implements Acquirer<LockRequest> {
   }
 
   /**
-   * Best-effort release of a failed attempt on every node that may hold it: those that granted,
-   * failed or did not answer (yet). A node that refused set nothing under this attempt's value,
-   * so a refused attempt (the usual one while waiting) sends nothing there.
+   * Best-effort release of a failed attempt on every node that may hold it: those that granted or
+   * failed at once, and those the round did not wait for once their reply comes, unless it is a
+   * refusal. A node that refused set nothing under this attempt's value, so a refused attempt
+   * (the usual one while waiting) sends nothing there.
    */
-  private cleanUp(keys: readonly string[], value: string, round: RoundResult<AcquireReply>): void {
+  private cleanUp(
+    keys: readonly string[],
+    value: string,
+    round: RoundResult<AcquireReply>,
+    sent: readonly Promise<AcquireReply>[],
+  ): void {
     const { context } = this;
     context.nodes.forEach((node, i) => {
-      if (round.replies[i]?.[0] === 0) return;
-      node.run(RELEASE, keys, [value, context.notify, context.sender]).catch(() => undefined);
+      const release = () =>
+        node.run(RELEASE, keys, [value, context.notify, context.sender]).catch(() => undefined);
+      const reply = round.replies[i];
+      if (reply !== undefined || round.errors[i] !== undefined) {
+        if (reply?.[0] !== 0) release();
+        return;
+      }
+      // Not answered when the round was decided: its reply tells whether it holds the keys.
+      sent[i].then((late) => late[0] !== 0 && release(), release);
     });
   }
 }
