@@ -134,13 +134,12 @@ export async function acquireWith<R extends CallRequest>(
         throw context.failed(request, attempt, error, nodes);
       }
       if (outcome.busy) context.contended(request, attempt, outcome.retryAfter, outcome.round);
-      let delay = retryDelay(request.retry, attempt);
       // In the nodes' lines and hearing every node's releases, the waiter is woken by the release
       // that names it: the delay is only a fallback (a message lost in a reconnect) and renews its
       // place, so it is the policy's longest. A shorter one asks before its turn, only to be
-      // refused: a round to every node, and a clean-up on the one that answered last.
-      if (outcome.busy && request.inLine && context.channel?.listening(request.keys))
-        delay = Math.max(delay, retryDelay(request.retry, Infinity));
+      // refused: a round to every node.
+      const named = outcome.busy && request.inLine && context.channel?.listening(request.keys);
+      let delay = retryDelay(request.retry, named ? Infinity : attempt);
       // A holder that crashed frees the lock when its lease ends; no need to sleep past that.
       if (outcome.retryAfter !== undefined) delay = Math.min(delay, outcome.retryAfter + 1);
       if (outcome.again) delay = 0;
