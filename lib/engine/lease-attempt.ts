@@ -92,7 +92,7 @@ export class LeaseAttempts implements Acquirer<LeaseRequest> {
     const value = leaseValue();
     const start = performance.now();
     const validUntil = start + request.ttl - request.drift;
-    if (request.waiter === '') request.waiter = value;
+    if (request.waiter === '') request.waiter = context.channel?.waiterName(value) ?? value;
     // Every attempt of an acquisition that may wait takes (or keeps) its place in the nodes'
     // lines, the first too: refused, it then waits for a release rather than asking again at
     // once to join them (three attempts per contended grant otherwise).

@@ -71,7 +71,7 @@ export class LockAttempts implements Acquirer<LockRequest> {
     const start = performance.now();
     const validUntil = start + ttl - request.drift;
     const { fencing, fenceCounterTtl } = context.options;
-    if (request.waiter === '') request.waiter = value;
+    if (request.waiter === '') request.waiter = context.channel?.waiterName(value) ?? value;
     // A call that may wait joins the waiters' line from its first attempt: refused, it waits for
     // the release that names it, instead of asking every node again just to take its place. A
     // single attempt (tryAcquire) never joins (a lease of 0), and leaves the line's arguments out.

@@ -126,6 +126,7 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
         this.nodes,
         (key, head) => this.queues.released(key, head),
         this.sender,
+        this.options.keyPrefix,
       );
     }
     this.context = this.makeContext();

@@ -1,4 +1,4 @@
-import { luaScript, RW_SCRIPTS } from './rw-lua.js';
+import { luaScript, RW_SCRIPTS, TELL_LUA } from './rw-lua.js';
 import { SEMAPHORE_SCRIPTS } from './semaphore-lua.js';
 
 /** A Lua script, run by SHA with a fallback to its source after SCRIPT FLUSH. */
@@ -254,9 +254,11 @@ return 1`,
  * must still be able to release. On a Redis Cluster the message is sharded
  * (SPUBLISH: it stays on the key's shard) instead of broadcast to every node.
  * The message names the first live waiter in the key's line (empty when
- * none), so that only that waiter asks for the lock instead of all that heard
- * it, then a space and the sender, so that the releasing process, which woke
- * its own waiters already, can skip its own messages.
+ * none), so that only that waiter asks for the lock. Where that waiter's
+ * name tells its engine, the message goes to that engine's own channel
+ * alone, or nowhere when it is the releasing engine's (it woke its own
+ * waiters already); otherwise to the key's channel, with the sender, so that
+ * the releasing process can skip its own messages (see TELL_LUA).
  * No message when the key has no line: every waiter that listens joined the
  * line when it was refused and keeps its place while it waits (see ACQUIRE),
  * so nobody listens for an uncontended lock. Where the line cannot be read
@@ -281,16 +283,14 @@ for i = 1, #released do
 end
 -- Nobody to tell (the usual release): done before the functions below are made.
 if not waited then return #released end
-${LINE_LUA}local publish = ARGV[2] == 's' and 'SPUBLISH' or 'PUBLISH'
-local sender = ARGV[3] and (' ' .. ARGV[3]) or ''
-local now
+${LINE_LUA}${TELL_LUA}local now
 for i = 1, #released do
   local head
   if queued[i] == 1 then
     now = now or millis()
     if now then head = earliest(released[i] .. ':q', now, false) end
   end
-  if queued[i] ~= 0 then redis.pcall(publish, released[i], (head or '') .. sender) end
+  if queued[i] ~= 0 then tell(released[i], head or '', ARGV[2], ARGV[3] or '') end
 end
 return #released`,
 );

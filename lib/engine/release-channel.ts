@@ -1,6 +1,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import { closeSentinelWatch, type LockNode } from './lock-node.js';
 import { isClusterClient } from './node-specs.js';
+import { waitersChannel } from './rw-lua.js';
 import { hearClusterSockets, hearSocketErrors } from './socket-errors.js';
 import { bounded } from './time-bound.js';
 
@@ -18,9 +19,11 @@ interface Subscriber {
 
 /**
  * Hears the release script's messages (one channel per lock key, on every
- * node) so waiters wake when a lock is freed instead of sleeping a retry
+ * node, and the engine's own channel for releases that name one of its
+ * waiters) so waiters wake when a lock is freed instead of sleeping a retry
  * delay. One subscriber connection per node (per master of a cluster),
- * opened on the first wait; channels are reference-counted.
+ * opened on the first wait; key channels are reference-counted, the own
+ * channel stays until the engine closes.
  */
 export class ReleaseChannel {
   private subscribers: (Subscriber | undefined)[] | undefined;
@@ -30,8 +33,16 @@ export class ReleaseChannel {
   private readonly confirmed = new Set<string>();
   private closed = false;
 
-  /** Parses a message (see RELEASE) and passes it on unless this process sent it. */
-  private readonly onMessage: (key: string, message: string) => void;
+  /** Parses a message (see TELL_LUA) and passes it on unless this engine sent it. */
+  private readonly onMessage: (channel: string, message: string) => void;
+  /** This engine's own channel, where releases that name its waiters come (see TELL_LUA). */
+  private readonly own: string;
+  /** Set once every server node confirmed the subscription to `own`. */
+  private ownHeard = false;
+  /** Settles once `own` is subscribed on every server node, or could not be; never rejects. */
+  private ownSettled: Promise<unknown> = Promise.resolve();
+  /** How many waiters were named after this engine (see waiterName). */
+  private named = 0;
 
   constructor(
     private readonly nodes: readonly LockNode[],
@@ -40,14 +51,30 @@ export class ReleaseChannel {
      * first in line ('' for none).
      */
     onRelease: (key: string, head: string) => void,
-    /** The sender name of this process's releases, whose messages are skipped. */
-    self: string,
+    /** The sender name of this engine's releases, whose messages it skips. */
+    private readonly self: string,
+    keyPrefix: string,
   ) {
-    this.onMessage = (key, message) => {
+    const own = (this.own = waitersChannel(keyPrefix, self));
+    this.onMessage = (channel, message) => {
       const space = message.indexOf(' ');
-      if (space < 0) return onRelease(key, message);
-      if (message.slice(space + 1) !== self) onRelease(key, message.slice(0, space));
+      // On the engine's own channel: '<head> <key>'; on a key's: '<head> <sender>' (or '<head>').
+      if (channel === own) return onRelease(message.slice(space + 1), message.slice(0, space));
+      if (space < 0) return onRelease(channel, message);
+      if (message.slice(space + 1) !== self) onRelease(channel, message.slice(0, space));
     };
+  }
+
+  /**
+   * The name a waiter gets in the nodes' lines, given its first attempt's
+   * value. Once every server node confirmed this engine's own channel, it is
+   * `<sender>.<n>`: a release that names it goes to this engine alone (see
+   * TELL_LUA). Before that (or where that subscription is refused, by an ACL
+   * without `&<keyPrefix>*`, say), it is the value, and the release that
+   * names it goes to the key's channel, which every waiting process hears.
+   */
+  waiterName(value: string): string {
+    return this.ownHeard ? `${this.self}.${(++this.named).toString(36)}` : value;
   }
 
   /**
@@ -70,8 +97,10 @@ export class ReleaseChannel {
     if (fresh.length === 0 || this.closed) return;
     const subscribers = this.open();
     // A node that does not answer in time is not waited for: its subscription completes later.
+    // The engine's own channel (subscribed first, on the same connections) is settled with them:
+    // once a waiter waits, the names of later ones are known (see waiterName).
     const everyNode = await bounded(
-      Promise.allSettled(subscribers.map((s) => s?.subscribe(fresh))),
+      Promise.allSettled([...subscribers.map((s) => s?.subscribe(fresh)), this.ownSettled]),
       timeoutMs,
       { unref: true },
     ).then(
@@ -122,7 +151,8 @@ export class ReleaseChannel {
   }
 
   private open(): (Subscriber | undefined)[] {
-    this.subscribers ??= this.nodes.map((node) => {
+    if (this.subscribers) return this.subscribers;
+    const subscribers = (this.subscribers = this.nodes.map((node) => {
       try {
         const { client } = node;
         return isClusterClient(client)
@@ -132,8 +162,17 @@ export class ReleaseChannel {
         // A client that cannot be duplicated: its waiters fall back to polling.
         return undefined;
       }
-    });
-    return this.subscribers;
+    }));
+    // A cluster's releases stay on the key's shard channel: only servers need the engine's own.
+    if (!subscribers.includes(undefined)) {
+      this.ownSettled = Promise.all(
+        subscribers.map((s) => !isClusterClient(s!.connection) && s!.subscribe([this.own])),
+      ).then(
+        () => (this.ownHeard = !this.closed),
+        () => undefined,
+      );
+    }
+    return subscribers;
   }
 }
 

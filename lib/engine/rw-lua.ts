@@ -19,6 +19,54 @@ export function luaScript(name: string, body: string, prelude = ''): LuaScript {
   });
 }
 
+/**
+ * The channel of an engine's own waiters: `<keyPrefix>waiters:<sender>`.
+ * Under the key prefix, so that an ACL granting `&<keyPrefix>*` covers it.
+ */
+export function waitersChannel(keyPrefix: string, sender: string): string {
+  return `${keyPrefix}waiters:${sender}`;
+}
+
+/**
+ * Lua shared by the release scripts: `tell(key, head, mode, sender)` tells
+ * the waiters of `key` that it is free (mode '1': PUBLISH, 's': SPUBLISH).
+ * `head` names the waiters first in line (comma-separated), '' for none.
+ *
+ * A waiter named `<sender>.<n>` belongs to the engine whose releases carry
+ * that sender, and that engine listens on a channel of its own (see
+ * waitersChannel; the key prefix is what precedes the key's '{'). A release
+ * whose named waiters all have such names goes to their engines' channels
+ * only, as '<head> <key>', and to none when they are the releasing engine's
+ * own (it woke them itself): one delivery per node to the one process that
+ * acts on it, where the key's channel reaches every process that waits for
+ * the key. Any other release (nobody named, a name without an engine, as
+ * older versions give, or a cluster's SPUBLISH, whose channel must lie in
+ * the key's slot) goes to the key's channel as '<head> <sender>'.
+ */
+export const TELL_LUA = `local function tell(key, head, mode, sender)
+  local prefix = mode == '1' and head ~= '' and string.match(key, '^([^{]*){')
+  local engines = prefix and {}
+  if engines then
+    for name in string.gmatch(head, '[^,]+') do
+      local engine = string.match(name, '^([^.]+)%.')
+      if not engine then engines = nil break end
+      engines[#engines + 1] = engine
+    end
+  end
+  if not engines then
+    redis.pcall(mode == 's' and 'SPUBLISH' or 'PUBLISH', key, head .. ' ' .. sender)
+    return
+  end
+  local told = { [sender] = true }
+  for _, engine in ipairs(engines) do
+    if not told[engine] then
+      told[engine] = true
+      redis.pcall('PUBLISH', prefix .. 'waiters:' .. engine, head .. ' ' .. key)
+    end
+  end
+end
+`;
+
 /** The most waiters a line keeps a place for on a node (as the plain lock's MAX_LINE). */
 export const LINE_PLACES = 64;
 
@@ -226,8 +274,7 @@ export const RW_RELEASE = luaScript(
   'rw-release',
   `local removed = redis.call('HDEL', KEYS[1], ARGV[1])
 if removed == 1 and ARGV[2] ~= '0' and redis.call('EXISTS', KEYS[2]) == 1 then
-  local publish = ARGV[2] == 's' and 'SPUBLISH' or 'PUBLISH'
-  redis.pcall(publish, KEYS[1], ' ' .. (ARGV[3] or ''))
+  ${TELL_LUA}tell(KEYS[1], '', ARGV[2], ARGV[3] or '')
 end
 return removed`,
 );

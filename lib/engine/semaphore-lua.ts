@@ -1,4 +1,11 @@
-import { EXTEND_LUA, luaScript, LEASE_LUA, LINE_PLACES, WRITEBACK_LUA } from './rw-lua.js';
+import {
+  EXTEND_LUA,
+  luaScript,
+  LEASE_LUA,
+  LINE_PLACES,
+  TELL_LUA,
+  WRITEBACK_LUA,
+} from './rw-lua.js';
 
 /**
  * Lua shared by the semaphore scripts. A semaphore's permits are numbered
@@ -92,7 +99,7 @@ if free <= 0 or rank >= free then
   for i = 1, free do heads[i] = ahead[i].id end
   heads = table.concat(heads, ',')
   if ARGV[11] and ARGV[11] ~= '0' then
-    redis.pcall(ARGV[11] == 's' and 'SPUBLISH' or 'PUBLISH', KEYS[1], heads .. ' ' .. (ARGV[12] or ''))
+    ${TELL_LUA}tell(KEYS[1], heads, ARGV[11], ARGV[12] or '')
   end
   return {0, -3, heads}
 end
@@ -157,8 +164,7 @@ if removed > 0 and ARGV[2] ~= '0' and redis.call('EXISTS', KEYS[2]) == 1 then
   end)
   local heads = {}
   for i = 1, math.min(removed, #line) do heads[i] = line[i].id end
-  local publish = ARGV[2] == 's' and 'SPUBLISH' or 'PUBLISH'
-  redis.pcall(publish, KEYS[1], table.concat(heads, ',') .. ' ' .. (ARGV[3] or ''))
+  ${TELL_LUA}tell(KEYS[1], table.concat(heads, ','), ARGV[2], ARGV[3] or '')
 end
 return math.min(removed, 1)`,
   SEM_PRELUDE,

@@ -470,6 +470,7 @@ describe('waiters are woken when a lock is released', () => {
             if (received.length === 2) resolve();
           },
           sender,
+          'lock:',
         );
         void channel
           .subscribe([key], 2000)
@@ -490,6 +491,79 @@ describe('waiters are woken when a lock is released', () => {
     } finally {
       watcher.disconnect();
     }
+  });
+
+  /** An engine that waited once: its own channel is subscribed, and its waiters' names lead there. */
+  const listeningEngine = async () => {
+    const created = await engine();
+    const resource = unique('first-wait');
+    const lock = await holder.acquire(resource);
+    const waiting = created.acquire(resource, { retry: SLOW_POLLING });
+    await inNodesLine(created, resource);
+    await lock.release();
+    await (await waiting).release();
+    return created;
+  };
+  /** The one waiter in a lock's line on node 0 (its name there). */
+  const onlyWaiter = async (resource: string) => {
+    const line = (await redis.nodes[0].cli('HKEYS', `lock:{${resource}}:q`)).trim().split('\n');
+    expect(line).toHaveLength(1);
+    return line[0];
+  };
+
+  it("sends a release that names another engine's waiter on that engine's own channel only, not the key's", async () => {
+    const waiter = await listeningEngine();
+    const resource = unique('targeted');
+    const key = `lock:{${resource}}`;
+    const lock = await holder.acquire(resource);
+    const waiting = waiter.acquire(resource, { retry: SLOW_POLLING });
+    await inNodesLine(waiter, resource);
+    // Named after its engine: `<sender>.<n>`.
+    const name = await onlyWaiter(resource);
+    const sender = /^([\w-]{12})\.[0-9a-z]+$/.exec(name)?.[1];
+    expect(sender).toBeDefined();
+    const ownChannel = `lock:waiters:${sender}`;
+    const watcher = new Redis(redis.nodes[0].url);
+    const publisher = new Redis(redis.nodes[0].url);
+    try {
+      await watcher.subscribe(key, ownChannel);
+      const heard: [string, string][] = [];
+      let marked: () => void;
+      const markerHeard = new Promise<void>((resolve) => (marked = resolve));
+      watcher.on('message', (channel: string, message: string) => {
+        heard.push([channel, message]);
+        if (message === 'marker') marked();
+      });
+      const started = performance.now();
+      await lock.release();
+      const next = await waiting;
+      expect(performance.now() - started).toBeLessThan(1000);
+      // Published after the release (on one connection, in order): heard last if nothing else was.
+      await publisher.publish(key, 'marker');
+      await markerHeard;
+      expect(heard).toEqual([
+        [ownChannel, `${name} ${key}`],
+        [key, 'marker'],
+      ]);
+      await next.release();
+    } finally {
+      watcher.disconnect();
+      publisher.disconnect();
+    }
+  });
+
+  it("sends no message at all for a release that names the releasing engine's own waiter", async () => {
+    const own = await listeningEngine();
+    const resource = unique('self-targeted');
+    const lock = await own.acquire(resource);
+    const waiting = own.acquire(resource, { retry: SLOW_POLLING });
+    await inNodesLine(own, resource);
+    expect(await onlyWaiter(resource)).toMatch(/^[\w-]{12}\.[0-9a-z]+$/);
+    const before = await publishes();
+    await lock.release();
+    // Woken in its own process, at once.
+    await (await waiting).release();
+    expect(await publishes()).toEqual(before);
   });
 
   it('closes its subscriber connections when the engine closes', async () => {

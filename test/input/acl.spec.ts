@@ -11,7 +11,8 @@
  *   +set +get +pttl +incr +pexpire +del  what the scripts call (acquire, fence, extend, release)
  *   +exists +hgetall +hset +hdel +hlen +hexists +time   the waiters' line, first come first served across processes
  *                                        (optional: without it waiters are served in no set order)
- *   +publish +subscribe +unsubscribe     release notifications (optional: waiters poll without)
+ *   +publish +subscribe +unsubscribe     release notifications (optional: waiters poll without);
+ *                                        &lock:* covers the engines' own channels lock:waiters:<id>
  *   +info +config|get                    start-up checks (optional: warned about, or checkNodes: false)
  *
  * and for inspect(), list(), forceRelease(), reseedFences() and health():
@@ -160,6 +161,39 @@ describe('the minimal ACL for locking', () => {
     expect([...holder.logger.warnings, ...waiter.logger.warnings]).toEqual([]);
     expect(consoleWarn).not.toHaveBeenCalled();
   });
+
+  it.each([
+    ['&lock:*', 'its own channel, lock:waiters:<engine>', /^[\w-]{12}\.[0-9a-z]+$/],
+    ["&lock:{*, the keys' channels only", "the key's channel", /^[\w-]{22}$/],
+  ])(
+    'with channel rights %s, a release wakes a waiter that waited before through %s',
+    async (rule, _through, name) => {
+      const url = await user([...KEYS, rule.split(',')[0], '-@all', ...LOCKING, ...NOTIFICATIONS]);
+      const holder = await connected(url, { checkNodes: false });
+      const waiter = await connected(url, { checkNodes: false });
+      const retry = { delay: 5000, maxDelay: 5000, factor: 1, jitter: 0 };
+      // The first wait subscribes the waiter's engine to its channels.
+      const first = unique('first-wait');
+      await (
+        await timedHandOff(await holder.tryAcquire(first), waiter, first, retry, 2)
+      ).next.release();
+
+      const resource = unique('channel-rights');
+      const lock = await holder.tryAcquire(resource);
+      const contended = nextLockEvent(waiter, 'contended', resource, 2);
+      const waiting = waiter.acquire(resource, { retry });
+      await contended;
+      // Its name in the line tells where a release naming it is sent (see TELL_LUA).
+      const line = await node.cli('HKEYS', `lock:{${resource}}:q`);
+      expect(line.trim()).toMatch(name);
+      const start = performance.now();
+      await lock.release();
+      const next = await waiting;
+      expect(performance.now() - start).toBeLessThan(2000);
+      await next.release();
+      expect([...holder.logger.warnings, ...waiter.logger.warnings]).toEqual([]);
+    },
+  );
 
   it.each([...SCRIPTS, ...SCRIPT_COMMANDS].map((rule) => [rule.slice(1)]))(
     'needs %s: without it locking fails with a typed LockError from the node, never a crash',
