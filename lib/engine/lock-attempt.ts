@@ -112,6 +112,7 @@ export class LockAttempts implements Acquirer<LockRequest> {
       }
       if (tokens && performance.now() < validUntil) {
         const lock = new Lock(this.owner, request.resources, keys, value, tokens, ttl, validUntil);
+        if (joinsLine && !request.inLine) this.leaveWhereRefused(request, round, sent);
         return { lock, round };
       }
     }
@@ -120,7 +121,7 @@ export class LockAttempts implements Acquirer<LockRequest> {
     // there, in line or not): asking again at once would be refused the same; it waits for a
     // release, which names it once it is first.
     const refusal = refusalOf(context, round, request, waitOf);
-    if (refusal.busy && joinsLine) request.inLine = true;
+    if (joinsLine && (refusal.busy || round.no > 0)) request.inLine = true;
     return refusal;
   }
 
@@ -140,6 +141,30 @@ export class LockAttempts implements Acquirer<LockRequest> {
     ) as Promise<AcquireReply>;
     const excluded = context.excluded(i);
     return excluded === undefined ? sent : sent.then((reply) => uncounted(reply, excluded));
+  }
+
+  /**
+   * After a grant in the first attempt that joined the lines: a node that
+   * refused it (now, or in a reply that came after the round) put the waiter
+   * in its line, and the waiter leaves it. A place left there would rank
+   * ahead of every later waiter on that node until it expired (850 ms with
+   * the default retry policy): a free lock that nobody may take, since that
+   * waiter never asks again.
+   */
+  private leaveWhereRefused(
+    request: LockRequest,
+    round: RoundResult<AcquireReply>,
+    sent: readonly Promise<AcquireReply>[],
+  ): void {
+    this.context.nodes.forEach((node, i) => {
+      const leave = (reply: AcquireReply | undefined) => {
+        if (reply?.[0] !== 0) return;
+        for (const key of request.keys)
+          node.client.hdel(`${key}:q`, request.waiter).catch(() => undefined);
+      };
+      if (round.replies[i] !== undefined || round.errors[i] !== undefined) leave(round.replies[i]);
+      else sent[i].then(leave, () => undefined);
+    });
   }
 
   /** Leaves the lines on every node but those that granted (a grant took the waiter out there). */

@@ -379,6 +379,42 @@ describe('waiters are woken when a lock is released', () => {
     }
   });
 
+  it('leaves the line of a node that refused a waiting call whose first attempt a quorum granted', async () => {
+    const resource = unique('granted-at-once');
+    const line = `lock:{${resource}}:q`;
+    // Held by someone else on the third node only, which is paused: its refusal comes late.
+    const late = redis.nodes[2];
+    await late.cli('SET', `lock:{${resource}}`, 'someone', 'PX', '60000');
+    const other = await engine();
+    await late.cli('CONFIG', 'SET', 'notify-keyspace-events', 'Kh');
+    const watcher = new Redis(late.url);
+    try {
+      await watcher.subscribe(`__keyspace@0__:${line}`);
+      const left = new Promise<void>((resolve) =>
+        watcher.on('message', (_channel: string, event: string) => event === 'hdel' && resolve()),
+      );
+      await late.pause();
+      let lock: Lock;
+      try {
+        lock = await other.acquire(resource, { retry: SLOW_POLLING });
+      } finally {
+        await late.resume();
+      }
+      // The late refusal put the waiter in that node's line; left there, its place would rank
+      // ahead of every later waiter on the node until it expired.
+      let timer: NodeJS.Timeout | undefined;
+      const stays = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error("the waiter stayed in the node's line")), 5000);
+      });
+      await Promise.race([left, stays]).finally(() => clearTimeout(timer));
+      expect(await late.cli('EXISTS', line)).toBe('0');
+      await lock.release();
+    } finally {
+      watcher.disconnect();
+      await late.cli('CONFIG', 'SET', 'notify-keyspace-events', '');
+    }
+  });
+
   it('a waiter that vanished without leaving the line holds it only until its place expires', async () => {
     const resource = unique('vanished');
     const key = `lock:{${resource}}:q`;
