@@ -344,75 +344,75 @@ describe('waiters are woken when a lock is released', () => {
     await lock.release();
   });
 
-  it('releases a refused attempt on a node that granted it after the round was decided', async () => {
-    const resource = unique('late-grant');
-    const key = `lock:{${resource}}`;
-    // Held by someone else on two nodes; the third is free but paused, so its grant comes late.
-    for (const node of redis.nodes.slice(0, 2))
-      await node.cli('SET', key, 'someone', 'PX', '60000');
-    const other = await engine();
+  /**
+   * Runs `during` with the third node paused, so that its reply comes after the round was
+   * decided; then awaits `event` on `key` there (within 5 s, else fails saying `missing`), after
+   * which the key must be gone.
+   */
+  const lateReplyThen = async <T>(
+    key: string,
+    event: 'del' | 'hdel',
+    during: () => Promise<T>,
+    missing: string,
+  ): Promise<T> => {
     const late = redis.nodes[2];
-    await late.cli('CONFIG', 'SET', 'notify-keyspace-events', 'Kg');
+    await late.cli('CONFIG', 'SET', 'notify-keyspace-events', event === 'del' ? 'Kg' : 'Kh');
     const watcher = new Redis(late.url);
     try {
       await watcher.subscribe(`__keyspace@0__:${key}`);
-      // The grant sets the key; the clean-up deletes it.
-      const deleted = new Promise<void>((resolve) =>
-        watcher.on('message', (_channel: string, event: string) => event === 'del' && resolve()),
+      const seen = new Promise<void>((resolve) =>
+        watcher.on('message', (_channel: string, name: string) => name === event && resolve()),
       );
       await late.pause();
+      let result: T;
       try {
-        await expect(other.tryAcquire(resource)).rejects.toBeInstanceOf(LockBusyError);
+        result = await during();
       } finally {
         await late.resume();
       }
-      // The grant arrives after the refusal was decided: its reply sends the release.
       let timer: NodeJS.Timeout | undefined;
-      const noCleanUp = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error('the late grant was not released')), 5000);
+      const bound = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(missing)), 5000);
       });
-      await Promise.race([deleted, noCleanUp]).finally(() => clearTimeout(timer));
+      await Promise.race([seen, bound]).finally(() => clearTimeout(timer));
       expect(await late.cli('EXISTS', key)).toBe('0');
+      return result;
     } finally {
       watcher.disconnect();
       await late.cli('CONFIG', 'SET', 'notify-keyspace-events', '');
     }
+  };
+
+  it('releases a refused attempt on a node that granted it after the round was decided', async () => {
+    const resource = unique('late-grant');
+    const key = `lock:{${resource}}`;
+    // Held by someone else on two nodes; the third is free, and its grant comes late: its reply
+    // sends the release (the grant sets the key, the clean-up deletes it).
+    for (const node of redis.nodes.slice(0, 2))
+      await node.cli('SET', key, 'someone', 'PX', '60000');
+    const other = await engine();
+    await lateReplyThen(
+      key,
+      'del',
+      () => expect(other.tryAcquire(resource)).rejects.toBeInstanceOf(LockBusyError),
+      'the late grant was not released',
+    );
   });
 
   it('leaves the line of a node that refused a waiting call whose first attempt a quorum granted', async () => {
     const resource = unique('granted-at-once');
-    const line = `lock:{${resource}}:q`;
-    // Held by someone else on the third node only, which is paused: its refusal comes late.
-    const late = redis.nodes[2];
-    await late.cli('SET', `lock:{${resource}}`, 'someone', 'PX', '60000');
+    // Held by someone else on the third node only, whose refusal comes late. It put the waiter
+    // in that node's line; left there, its place would rank ahead of every later waiter on the
+    // node until it expired.
+    await redis.nodes[2].cli('SET', `lock:{${resource}}`, 'someone', 'PX', '60000');
     const other = await engine();
-    await late.cli('CONFIG', 'SET', 'notify-keyspace-events', 'Kh');
-    const watcher = new Redis(late.url);
-    try {
-      await watcher.subscribe(`__keyspace@0__:${line}`);
-      const left = new Promise<void>((resolve) =>
-        watcher.on('message', (_channel: string, event: string) => event === 'hdel' && resolve()),
-      );
-      await late.pause();
-      let lock: Lock;
-      try {
-        lock = await other.acquire(resource, { retry: SLOW_POLLING });
-      } finally {
-        await late.resume();
-      }
-      // The late refusal put the waiter in that node's line; left there, its place would rank
-      // ahead of every later waiter on the node until it expired.
-      let timer: NodeJS.Timeout | undefined;
-      const stays = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error("the waiter stayed in the node's line")), 5000);
-      });
-      await Promise.race([left, stays]).finally(() => clearTimeout(timer));
-      expect(await late.cli('EXISTS', line)).toBe('0');
-      await lock.release();
-    } finally {
-      watcher.disconnect();
-      await late.cli('CONFIG', 'SET', 'notify-keyspace-events', '');
-    }
+    const lock = await lateReplyThen(
+      `lock:{${resource}}:q`,
+      'hdel',
+      () => other.acquire(resource, { retry: SLOW_POLLING }),
+      "the waiter stayed in the node's line",
+    );
+    await lock.release();
   });
 
   it('a waiter that vanished without leaving the line holds it only until its place expires', async () => {
