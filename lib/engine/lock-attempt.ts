@@ -156,15 +156,13 @@ export class LockAttempts implements Acquirer<LockRequest> {
     round: RoundResult<AcquireReply>,
     sent: readonly Promise<AcquireReply>[],
   ): void {
-    this.context.nodes.forEach((node, i) => {
-      const leave = (reply: AcquireReply | undefined) => {
+    this.context.nodes.forEach((node, i) =>
+      whenAnswered(round, sent, i, (reply) => {
         if (reply?.[0] !== 0) return;
         for (const key of request.keys)
           node.client.hdel(`${key}:q`, request.waiter).catch(() => undefined);
-      };
-      if (round.replies[i] !== undefined || round.errors[i] !== undefined) leave(round.replies[i]);
-      else sent[i].then(leave, () => undefined);
-    });
+      }),
+    );
   }
 
   /** Leaves the lines on every node but those that granted (a grant took the waiter out there). */
@@ -228,16 +226,27 @@ export class LockAttempts implements Acquirer<LockRequest> {
     sent: readonly Promise<AcquireReply>[],
   ): void {
     const { context } = this;
-    context.nodes.forEach((node, i) => {
-      const release = () =>
+    context.nodes.forEach((node, i) =>
+      whenAnswered(round, sent, i, (reply) => {
+        if (reply?.[0] === 0) return;
         node.run(RELEASE, keys, [value, context.notify, context.sender]).catch(() => undefined);
-      const reply = round.replies[i];
-      if (reply !== undefined || round.errors[i] !== undefined) {
-        if (reply?.[0] !== 0) release();
-        return;
-      }
-      // Not answered when the round was decided: its reply tells whether it holds the keys.
-      sent[i].then((late) => late[0] !== 0 && release(), release);
-    });
+      }),
+    );
   }
+}
+
+/**
+ * Calls `act` with node i's reply to an attempt (undefined where the node
+ * failed): at once when the round had it, else when it comes. A node the
+ * round did not wait for may still grant, or refuse and so take a place in
+ * its line; what to undo there is known only from that late reply.
+ */
+function whenAnswered(
+  round: RoundResult<AcquireReply>,
+  sent: readonly Promise<AcquireReply>[],
+  i: number,
+  act: (reply: AcquireReply | undefined) => void,
+): void {
+  if (round.replies[i] !== undefined || round.errors[i] !== undefined) act(round.replies[i]);
+  else sent[i].then(act, () => act(undefined));
 }
