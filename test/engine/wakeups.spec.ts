@@ -230,6 +230,14 @@ describe('waiters are woken when a lock is released', () => {
     await Promise.all(engine.nodes.map((node) => node.client.ping()));
   };
 
+  /** `owner` holds the lock while `waiter` waits for it in the nodes' line (retry: SLOW_POLLING). */
+  const waitingBehind = async (waiter: LockEngine, resource: string, owner = holder) => {
+    const lock = await owner.acquire(resource);
+    const waiting = waiter.acquire(resource, { retry: SLOW_POLLING });
+    await inNodesLine(waiter, resource);
+    return { lock, waiting };
+  };
+
   it('serves waiters of different processes in the order they arrived, not the order the release reaches them', async () => {
     const [a, b, c] = [await engine(), await engine(), await engine()];
     const resource = unique('arrival');
@@ -466,10 +474,8 @@ describe('waiters are woken when a lock is released', () => {
     await (await holder.acquire(resource)).release();
     expect(await publishes()).toEqual(before);
 
-    const lock = await holder.acquire(resource);
     const waiter = await engine();
-    const waiting = waiter.acquire(resource, { retry: SLOW_POLLING });
-    await inNodesLine(waiter, resource);
+    const { lock, waiting } = await waitingBehind(waiter, resource);
     await lock.release();
     await (await waiting).release();
     // The holder's release had a waiter in line; the waiter's own release had none.
@@ -479,10 +485,8 @@ describe('waiters are woken when a lock is released', () => {
   it('names the first waiter in line and the sender in a release message; the sender skips its own', async () => {
     const resource = unique('own-message');
     const key = `lock:{${resource}}`;
-    const lock = await holder.acquire(resource);
     const waiter = await engine();
-    const waiting = waiter.acquire(resource, { retry: SLOW_POLLING });
-    await inNodesLine(waiter, resource);
+    const { lock, waiting } = await waitingBehind(waiter, resource);
     const watcher = new Redis(redis.nodes[0].url);
     try {
       await watcher.subscribe(key);
@@ -533,9 +537,7 @@ describe('waiters are woken when a lock is released', () => {
   const listeningEngine = async () => {
     const created = await engine();
     const resource = unique('first-wait');
-    const lock = await holder.acquire(resource);
-    const waiting = created.acquire(resource, { retry: SLOW_POLLING });
-    await inNodesLine(created, resource);
+    const { lock, waiting } = await waitingBehind(created, resource);
     await lock.release();
     await (await waiting).release();
     return created;
@@ -551,9 +553,7 @@ describe('waiters are woken when a lock is released', () => {
     const waiter = await listeningEngine();
     const resource = unique('targeted');
     const key = `lock:{${resource}}`;
-    const lock = await holder.acquire(resource);
-    const waiting = waiter.acquire(resource, { retry: SLOW_POLLING });
-    await inNodesLine(waiter, resource);
+    const { lock, waiting } = await waitingBehind(waiter, resource);
     // Named after its engine: `<sender>.<n>`.
     const name = await onlyWaiter(resource);
     const sender = /^([\w-]{12})\.[0-9a-z]+$/.exec(name)?.[1];
@@ -591,9 +591,7 @@ describe('waiters are woken when a lock is released', () => {
   it("sends no message at all for a release that names the releasing engine's own waiter", async () => {
     const own = await listeningEngine();
     const resource = unique('self-targeted');
-    const lock = await own.acquire(resource);
-    const waiting = own.acquire(resource, { retry: SLOW_POLLING });
-    await inNodesLine(own, resource);
+    const { lock, waiting } = await waitingBehind(own, resource, own);
     expect(await onlyWaiter(resource)).toMatch(/^[\w-]{12}\.[0-9a-z]+$/);
     const before = await publishes();
     await lock.release();
