@@ -190,3 +190,14 @@ export function callRequest<E extends object>(
   };
   return Object.assign(request, extra);
 }
+
+/**
+ * Names an acquisition in the nodes' lines, once, at its first attempt
+ * (`value`: that attempt's lease value). A call that may wait gets the
+ * release channel's name for it (see ReleaseChannel.waiterName); a single
+ * attempt never joins a line and keeps the value, with no work on its path.
+ */
+export function nameWaiter(context: EngineContext, request: CallRequest, value: string): void {
+  if (request.waiter !== '') return;
+  request.waiter = request.lineLease > 0 ? (context.channel?.waiterName(value) ?? value) : value;
+}

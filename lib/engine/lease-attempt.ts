@@ -5,7 +5,7 @@ import {
   type Grant,
   type Refusal,
 } from './acquisition.js';
-import type { CallRequest } from './call-request.js';
+import { nameWaiter, type CallRequest } from './call-request.js';
 import type { EngineContext } from './engine-context.js';
 import type { LeaseGrant, Lock } from './lock.js';
 import type { LockNode } from './lock-node.js';
@@ -92,7 +92,7 @@ export class LeaseAttempts implements Acquirer<LeaseRequest> {
     const value = leaseValue();
     const start = performance.now();
     const validUntil = start + request.ttl - request.drift;
-    if (request.waiter === '') request.waiter = context.channel?.waiterName(value) ?? value;
+    nameWaiter(context, request, value);
     // Every attempt of an acquisition that may wait takes (or keeps) its place in the nodes'
     // lines, the first too: refused, it then waits for a release rather than asking again at
     // once to join them (three attempts per contended grant otherwise).

@@ -5,7 +5,7 @@ import {
   type Grant,
   type Refusal,
 } from './acquisition.js';
-import { fenceSeed, type CallRequest } from './call-request.js';
+import { fenceSeed, nameWaiter, type CallRequest } from './call-request.js';
 import type { EngineContext } from './engine-context.js';
 import { Lock, type LockOwner } from './lock.js';
 import { leaseValue } from './lease-value.js';
@@ -71,7 +71,7 @@ export class LockAttempts implements Acquirer<LockRequest> {
     const start = performance.now();
     const validUntil = start + ttl - request.drift;
     const { fencing, fenceCounterTtl } = context.options;
-    if (request.waiter === '') request.waiter = context.channel?.waiterName(value) ?? value;
+    nameWaiter(context, request, value);
     // A call that may wait joins the waiters' line from its first attempt: refused, it waits for
     // the release that names it, instead of asking every node again just to take its place. A
     // single attempt (tryAcquire) never joins (a lease of 0), and leaves the line's arguments out.
