@@ -100,7 +100,6 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
         );
       }
     });
-    if (this.nodes.length === 1) this.nodes[0].soleNode();
     this.quorum = Math.floor(this.nodes.length / 2) + 1;
     this.longestLease = new LongestLease(
       this.nodes,

@@ -102,14 +102,6 @@ export class LockNode {
     this.batch = this.topology === 'cluster' ? undefined : new TurnBatch(this.scripts.run);
   }
 
-  /**
-   * The engine's only node: a call that finds it idle is sent at once
-   * instead of at the end of the turn (see TurnBatch). A cluster has no batch.
-   */
-  soleNode(): void {
-    if (this.batch) this.batch.sendsIdleCallsAtOnce = true;
-  }
-
   static from(spec: LockNodeSpec): LockNode {
     if (isRedisClient(spec)) return new LockNode(spec, false);
     if (isClusterSpec(spec)) return LockNode.openCluster(spec);

@@ -31,45 +31,33 @@ const MAX_BATCH = 64;
  * out in the turn's check phase (setImmediate), right after the I/O callbacks
  * that made them, never a timer's delay later.
  *
- * Every server batches. In paired rounds on one node (a loop of tryAcquire
- * and release, 10 rounds per cell, every engine warmed up first), batching
- * the turn against sending each call at once, four to a write: 1 caller
- * 1.00x, 4 callers 1.02x, 32 callers 1.11x (faster in every round).
- *
- * The engine's only node (see {@link sendsIdleCallsAtOnce}) sends a call at
- * once when it has nothing queued or awaiting an answer: that call cannot
- * join a batch anyway, unless another caller makes a call later in the same
- * turn, which then waits for the turn's end as usual. The turn's wait was
- * what a lone caller paid for nothing. Against waiting for the turn's end, in
- * three runs of the bench's paired rounds on one node (`bench/run.ts
- * --scenarios baseline --nodes 1`): 1 caller 1.00x, 1.02x and 1.04x, 4
- * callers 0.98x, 1.01x and 0.97x, 32 callers 1.08x, 1.01x and 1.05x, with
- * the cycle's median latency lower in five cells of six (0.11 against 0.12
- * ms alone, 0.17 against 0.18 ms with 4 callers). On several nodes it stays
- * off: a lone caller there gained within noise, while 4 callers on 3 and 5
- * nodes ran 0.79x and 0.81x as fast (their calls, no longer in step, went out
- * as two commands a turn), as when each turn's first call had been sent at
- * once.
+ * Every server batches, the engine's only node too (LockNode). In paired
+ * rounds on one node (a loop of tryAcquire and release, 10 rounds per cell,
+ * every engine warmed up first), batching the turn against sending each call
+ * at once, four to a write: 1 caller 1.00x, 4 callers 1.02x, 32 callers
+ * 1.11x (faster in every round). A lone caller's call waits for the turn's end, where
+ * nothing else joins it, and leaves as the script itself, not in a BATCH.
+ * Sending only each turn's first call at once on several nodes helps a lone
+ * caller within noise and made 4 callers on 3 and 5 nodes 0.71 to 0.76x as
+ * fast (two commands a turn). Sending a call at once on the engine's only
+ * node when nothing was queued or unanswered there gained 1.00 to 1.04x for
+ * a lone caller in paired rounds, but it was dropped: a call sent at once and
+ * the turn's BATCH behind it both refused with NOSCRIPT after a SCRIPT FLUSH
+ * cannot both be sent again in order (see ScriptLoader), so the first failed,
+ * and its clean-up could leave after it and fail the BATCH too, by timing.
  */
 export class TurnBatch {
   /** Calls waiting for the end of the turn. */
   private pending: PendingCall[] = [];
-  /** Commands sent and not answered yet; counted only where idle calls leave at once. */
-  private unanswered = 0;
-  /** Set on the engine's only node: a call that finds nothing queued or unanswered leaves at once. */
-  sendsIdleCallsAtOnce = false;
 
   constructor(private readonly send: ScriptCall) {}
 
-  /** Queues a call for the end of this turn, or sends it now (see {@link sendsIdleCallsAtOnce}). */
+  /** Queues a call for the end of this turn. */
   run(
     script: LuaScript,
     keys: readonly string[],
     args: readonly (string | number)[],
   ): Promise<unknown> {
-    if (this.sendsIdleCallsAtOnce && this.unanswered === 0 && this.pending.length === 0) {
-      return this.sent(this.send(script, keys, args));
-    }
     return new Promise((resolve, reject) => {
       if (this.pending.push({ script, keys, args, resolve, reject }) === 1) {
         setImmediate(this.flush);
@@ -96,24 +84,12 @@ export class TurnBatch {
       while (end < calls.length && end - i < MAX_BATCH && BATCH_INDEX.has(calls[end].script)) end++;
       if (end - i < 2) {
         const call = calls[i++];
-        this.sent(this.send(call.script, call.keys, call.args)).then(call.resolve, call.reject);
+        this.send(call.script, call.keys, call.args).then(call.resolve, call.reject);
         continue;
       }
       this.runBatch(calls.slice(i, end));
       i = end;
     }
-  };
-
-  /** Counts a command as unanswered until its reply (or failure) comes, where that matters. */
-  private sent(command: Promise<unknown>): Promise<unknown> {
-    if (!this.sendsIdleCallsAtOnce) return command;
-    this.unanswered++;
-    command.then(this.answered, this.answered);
-    return command;
-  }
-
-  private readonly answered = (): void => {
-    this.unanswered--;
   };
 
   private runBatch(calls: readonly PendingCall[]): void {
@@ -123,7 +99,7 @@ export class TurnBatch {
       for (const key of call.keys) keys.push(key);
       list.push([BATCH_INDEX.get(call.script)!, call.keys.length, call.args.map(String)]);
     }
-    this.sent(this.send(BATCH, keys, [JSON.stringify(list)])).then(
+    this.send(BATCH, keys, [JSON.stringify(list)]).then(
       (encoded) => {
         let replies: unknown[];
         try {
