@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
-import { once } from 'node:events';
 import { Redis } from 'ioredis';
 import {
   Lock,
@@ -15,6 +14,7 @@ import {
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import { nextLockEvent } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
+import { whenLost } from '../support/when-lost.js';
 
 const redis = useRedisNodes(5);
 const unique = (name: string) => `${name}:${randomUUID()}`;
@@ -110,7 +110,7 @@ describe.each([1, 3, 5])('on %i node(s)', (count) => {
   it('lets a lock expire: its signal aborts with LockLostError and another holder can take it', async () => {
     const resource = unique('expiring');
     const lock = await engine.acquire(resource, { ttl: 150 });
-    await once(lock.signal, 'abort');
+    await whenLost(lock);
     expect(lock.signal.reason).toBeInstanceOf(LockLostError);
     expect(lock.isHeld).toBe(false);
     const next = await other.acquire(resource);
@@ -237,7 +237,7 @@ describe('using() with automatic extension', () => {
       async (lock) => {
         // Someone else takes the keys over: the next extension finds them gone.
         await Promise.all(admin.map((c) => c.set(`lock:{${resource}}`, 'intruder', 'PX', 10_000)));
-        await once(lock.signal, 'abort');
+        await whenLost(lock);
         expect(lock.signal.reason).toBeInstanceOf(LockLostError);
         expect(performance.now()).toBeLessThan(lock.validUntil + 1);
       },

@@ -10,7 +10,6 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import { Injectable, Module, type INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import fc from 'fast-check';
-import { once } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import {
@@ -32,6 +31,7 @@ import { quietLogger } from '../support/quiet-logger.js';
 import { RedisNodeProcess } from '../../dev/redis/redis-nodes.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 import { failOnUnhandledRejections } from './unhandled-rejections.js';
+import { whenLost } from '../support/when-lost.js';
 
 const PASSWORD = 'pw-NoAuth-7';
 /** Keys DEBUG POPULATE writes to the loading node; their count sets how long a reload takes. */
@@ -246,7 +246,7 @@ describe('WRONGTYPE: another program keeps another type of value at our key', ()
       // The lease on the node ends ttl after the grant; validUntil is that less the drift allowance.
       const leaseEnd = lock.validUntil + Math.floor(ttl * locks.options.driftFactor) + 2;
       await other.multi().del(keyOf(resource)).rpush(keyOf(resource), 'mine now').exec();
-      await once(lock.signal, 'abort');
+      await whenLost(lock);
       return { lostAt, leaseEnd, error: lock.signal.reason as unknown };
     });
     expect(result.error).toBeInstanceOf(LockLostError);

@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { once } from 'node:events';
 import { Redis } from 'ioredis';
 import {
   LockBusyError,
@@ -17,6 +16,7 @@ import {
   type RedisNodeProcess,
 } from '../../dev/redis/redis-nodes.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
+import { whenLost } from '../support/when-lost.js';
 
 const redis = useRedisNodes(3);
 const EVENTS = [
@@ -208,7 +208,7 @@ describe('lock events', () => {
           await Promise.all(
             admin.map((c) => c.set(`lock:{${resource}}`, 'intruder', 'PX', 10_000)),
           );
-          await once(lock.signal, 'abort');
+          await whenLost(lock);
         },
         { ttl: 300 },
       );

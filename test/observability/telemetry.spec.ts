@@ -1,6 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { once } from 'node:events';
 import {
   context,
   ROOT_CONTEXT,
@@ -34,6 +33,7 @@ import {
 import { nextLockEvent } from '../support/lock-events.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
+import { whenLost } from '../support/when-lost.js';
 
 const redis = useRedisNodes(3);
 
@@ -329,7 +329,7 @@ describe('OpenTelemetry through instrumentLocks()', () => {
       // What was left of the lease when the grant came back (a slow round leaves less than 48 ms).
       validity = lock.validUntil - lock.grantedAt;
       // The signal arms the expiry timer: it aborts when the lease runs out.
-      await once(lock.signal, 'abort');
+      await whenLost(lock);
       await lock.release();
     });
     parent.end();
