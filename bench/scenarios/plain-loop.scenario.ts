@@ -1,6 +1,7 @@
 import {
   OURS,
   OURS_NO_FENCING,
+  peers,
   peersBothWays,
   RAW,
   RAW_SCRIPTS,
@@ -8,6 +9,7 @@ import {
 } from '../contenders/index.js';
 import { HEADLINES, type Headlines, type PlainLoopFigures } from '../report/targets.js';
 import type { BenchContext } from '../support/bench-context.js';
+import { ANATOMY_COLUMNS, measureAnatomy, type CycleAnatomy } from '../support/cycle-anatomy.js';
 import { formatMs } from '../../dev/text.js';
 import { formatRate, formatRatio, pairedRatio } from '../support/format.js';
 import type { ReportTable, Scenario, ScenarioResult } from './scenario.js';
@@ -36,6 +38,44 @@ interface Cell {
   readonly callers: number;
   readonly nodes: number;
   readonly rows: readonly UncontendedRow[];
+}
+
+/** One library's lone-caller cycle, split at its socket writes and reads (see CycleAnatomy). */
+interface AnatomyRow {
+  readonly nodes: number;
+  readonly contender: Contender;
+  readonly anatomy: CycleAnatomy | undefined;
+  readonly error: string | undefined;
+}
+
+/** Cycles per library in the anatomy, after as many unmeasured ones as ANATOMY_WARMUP. */
+const ANATOMY_CYCLES = 3000;
+const ANATOMY_WARMUP = 1000;
+
+/** Ours, the peers with their defaults (the lone caller's best peers), and the floors. */
+function anatomyContenders(): Contender[] {
+  return [OURS, ...peers('defaults'), RAW_SCRIPTS, RAW];
+}
+
+/** A lone caller's cycle for each library, one after the other, on fresh keys. */
+async function measureAnatomies(context: BenchContext, nodes: number): Promise<AnatomyRow[]> {
+  const rows: AnatomyRow[] = [];
+  for (const contender of anatomyContenders()) {
+    await context.reset();
+    try {
+      const anatomy = await context.withSession(contender, nodes, { mode: 'try', ttl: TTL }, (s) =>
+        measureAnatomy(s, {
+          cycles: ANATOMY_CYCLES,
+          warmup: ANATOMY_WARMUP,
+          keyPrefix: `anatomy:${nodes}:${contender.id}`,
+        }),
+      );
+      rows.push({ nodes, contender, anatomy, error: undefined });
+    } catch (error) {
+      rows.push({ nodes, contender, anatomy: undefined, error: (error as Error).message });
+    }
+  }
+  return rows;
 }
 
 /** The figures a user's loop sees: the median round's rate and the whole cycle's latency. */
@@ -97,17 +137,22 @@ export const plainLoopScenario: Scenario = {
         cells.push({ callers, nodes, rows });
       }
     }
+    const anatomies: AnatomyRow[] = [];
+    for (const nodes of context.nodeCounts(this.defaultNodes)) {
+      anatomies.push(...(await measureAnatomies(context, nodes)));
+    }
     const summaries = cells.map(summarise);
     const headlines = (context.shared.get(HEADLINES) ?? {}) as Headlines;
     headlines.plainLoop = summaries;
     context.shared.set(HEADLINES, headlines);
-    return report(cells, summaries);
+    return report(cells, summaries, anatomies);
   },
 };
 
 function report(
   cells: readonly Cell[],
   summaries: NonNullable<Headlines['plainLoop']>,
+  anatomies: readonly AnatomyRow[],
 ): ScenarioResult {
   const summary: ReportTable = {
     title: 'Ours against the best peer',
@@ -189,19 +234,51 @@ function report(
     ],
   };
   return {
-    tables: [summary, breakdown(cells), detail],
+    tables: [summary, breakdown(cells), anatomyTable(anatomies), detail],
     charts: [],
-    data: cells.map((cell, c) => ({
-      callers: cell.callers,
-      nodes: cell.nodes,
-      summary: summaries[c],
-      rows: cell.rows.map(({ contender, ...row }) => ({
-        id: contender.id,
-        label: contender.label,
-        medianRate: median(row.rates),
-        ...row,
+    data: {
+      cells: cells.map((cell, c) => ({
+        callers: cell.callers,
+        nodes: cell.nodes,
+        summary: summaries[c],
+        rows: cell.rows.map(({ contender, ...row }) => ({
+          id: contender.id,
+          label: contender.label,
+          medianRate: median(row.rates),
+          ...row,
+        })),
       })),
-    })),
+      anatomies: anatomies.map(({ contender, ...row }) => ({ id: contender.id, ...row })),
+    },
+  };
+}
+
+/** The anatomy of a lone caller's cycle, per node count and library. */
+function anatomyTable(rows: readonly AnatomyRow[]): ReportTable {
+  const us = (value: number) => (Number.isFinite(value) ? value.toFixed(1) : '–');
+  return {
+    title: 'A lone caller’s cycle, where the time goes',
+    headers: ['nodes', 'library', 'cycle µs', ...ANATOMY_COLUMNS.map((c) => c.label), 'cycles'],
+    align: ['r', 'l', 'r', ...ANATOMY_COLUMNS.map(() => 'r' as const), 'r'],
+    rows: rows.map(({ nodes, contender, anatomy, error }) => {
+      const label = contender.kind === 'ours' ? `**${contender.label}**` : contender.label;
+      if (!anatomy)
+        return [String(nodes), label, `failed: ${error}`, ...ANATOMY_COLUMNS.map(() => ''), ''];
+      return [
+        String(nodes),
+        label,
+        us(anatomy.total),
+        ...ANATOMY_COLUMNS.map((c) => us(anatomy[c.key])),
+        String(anatomy.cycles),
+      ];
+    }),
+    notes: [
+      `One caller, ${ANATOMY_CYCLES} cycles per library (\`acquire\` then \`release\` on a fresh key) after ${ANATOMY_WARMUP} unmeasured ones, the libraries one after the other on the same nodes; each figure is a mean in µs per cycle, over both halves of the cycle. Every socket write of the process is timed, and the time of every \`data\` event noted, so the columns add up to the cycle.`,
+      '"code before the write": from the call to its first socket write; "code after the reply": from the reply that settled the call (the last one read before it settled: on several nodes, the one that made the majority) to the call\'s promise settling. The two are what the library\'s own code costs on a lone caller\'s path (with ioredis\'s work on the command and the reply).',
+      '"socket writes": inside the write calls, the system calls that hand the commands to the kernel (on this machine a loopback write also wakes the node). "between writes": on several nodes, the time between the first write and the last that was not spent writing.',
+      '"waiting for the nodes": from the last write to the settling reply: the nodes\' work on the command (for our engine: its scripts, against the peers\' bare `SET` and compare-and-delete), and the way there and back.',
+      `Against "${RAW_SCRIPTS.label}" (the same scripts, sent by hand), our engine's extra "code before the write" and "code after the reply" is what its own code costs; against "${RAW.label}", the floors' difference in "waiting for the nodes" is what the protocol's extra work (the fence counter, the waiters' line checks) costs on the node.`,
+    ],
   };
 }
 
