@@ -90,9 +90,10 @@ export class LockEngine extends EventEmitter<LockEvents> implements LockOwner {
   constructor(options: LockEngineOptions) {
     super();
     this.options = resolveEngineOptions(options);
+    const sole = this.options.nodes.length === 1;
     this.nodes = this.options.nodes.map((spec, i) => {
       try {
-        return LockNode.from(spec);
+        return LockNode.from(spec, sole);
       } catch (error) {
         // ioredis refuses some specs the checks above cannot foresee; never echo credentials.
         throw new LockOptionsError(

@@ -79,6 +79,8 @@ export class LockNode {
     readonly client: Redis | Cluster,
     /** True when the engine opened the client and must close it. */
     readonly owned: boolean,
+    /** The engine's only node: a call that finds the server idle leaves at once (see TurnBatch). */
+    sole: boolean,
     seeds?: readonly string[],
   ) {
     if (isClusterClient(client)) {
@@ -99,18 +101,25 @@ export class LockNode {
     client.on('error', (error: Error) => (this.lastError = withCause(error)));
     client.on('ready', () => (this.lastError = undefined));
     this.scripts = new ScriptLoader(client, this.topology === 'cluster', () => this.servers());
-    this.batch = this.topology === 'cluster' ? undefined : new TurnBatch(this.scripts.run);
+    const { scripts } = this;
+    this.batch =
+      this.topology === 'cluster'
+        ? undefined
+        : new TurnBatch(scripts.run, sole ? () => scripts.idle : undefined);
   }
 
-  static from(spec: LockNodeSpec): LockNode {
-    if (isRedisClient(spec)) return new LockNode(spec, false);
+  /** `sole`: the engine has no other node (see TurnBatch). */
+  static from(spec: LockNodeSpec, sole = false): LockNode {
+    if (isRedisClient(spec)) return new LockNode(spec, false, sole);
     if (isClusterSpec(spec)) return LockNode.openCluster(spec);
-    if (typeof spec === 'string') return new LockNode(new Redis(spec, OWNED_CLIENT_DEFAULTS), true);
+    if (typeof spec === 'string') {
+      return new LockNode(new Redis(spec, OWNED_CLIENT_DEFAULTS), true, sole);
+    }
     const options = spec as RedisOptions;
     const defaults = options.sentinels
       ? { ...OWNED_CLIENT_DEFAULTS, ...OWNED_SENTINEL_DEFAULTS }
       : OWNED_CLIENT_DEFAULTS;
-    return new LockNode(new Redis({ ...defaults, ...options }), true);
+    return new LockNode(new Redis({ ...defaults, ...options }), true, sole);
   }
 
   private static openCluster({ cluster, options = {} }: ClusterNodeSpec): LockNode {
@@ -136,6 +145,7 @@ export class LockNode {
     return new LockNode(
       client,
       true,
+      false,
       seeds.map((s) => `${s.host}:${s.port}`),
     );
   }

@@ -31,33 +31,42 @@ const MAX_BATCH = 64;
  * out in the turn's check phase (setImmediate), right after the I/O callbacks
  * that made them, never a timer's delay later.
  *
- * Every server batches, the engine's only node too (LockNode). In paired
- * rounds on one node (a loop of tryAcquire and release, 10 rounds per cell,
- * every engine warmed up first), batching the turn against sending each call
- * at once, four to a write: 1 caller 1.00x, 4 callers 1.02x, 32 callers
- * 1.11x (faster in every round). A lone caller's call waits for the turn's end, where
- * nothing else joins it, and leaves as the script itself, not in a BATCH.
- * Sending only each turn's first call at once on several nodes helps a lone
- * caller within noise and made 4 callers on 3 and 5 nodes 0.71 to 0.76x as
- * fast (two commands a turn). Sending a call at once on the engine's only
- * node when nothing was queued or unanswered there gained 1.00 to 1.04x for
- * a lone caller in paired rounds, but it was dropped: a call sent at once and
- * the turn's BATCH behind it both refused with NOSCRIPT after a SCRIPT FLUSH
- * cannot both be sent again in order (see ScriptLoader), so the first failed,
- * and its clean-up could leave after it and fail the BATCH too, by timing.
+ * Every server batches. In paired rounds on one node (a loop of tryAcquire
+ * and release, 10 rounds per cell, every engine warmed up first), batching
+ * the turn against sending each call at once, four to a write: 1 caller
+ * 1.00x, 4 callers 1.02x, 32 callers 1.11x (faster in every round).
+ *
+ * On the engine's only node (`sendNow`), a call that finds the server idle
+ * (nothing queued here, nothing unanswered or waiting in the ScriptLoader)
+ * leaves at once: it could join no batch, unless another caller makes a call
+ * later in the same turn, which then waits for the turn's end as usual. The
+ * turn's wait was what a lone caller paid for nothing: split at its socket
+ * writes, a lone caller's cycle spent about 4 µs less in the engine (bench
+ * scenario 7's anatomy, against our scripts sent by hand). A call sent at
+ * once and the turn's batch behind it are both refused after a SCRIPT FLUSH;
+ * the ScriptLoader sends both again, in order. On several nodes it stays
+ * off: a lone caller gained within noise there, while 4 callers on 3 and 5
+ * nodes ran 0.79x and 0.81x as fast (their calls, no longer in step, went
+ * out as two commands a turn), as when each turn's first call had been sent
+ * at once.
  */
 export class TurnBatch {
   /** Calls waiting for the end of the turn. */
   private pending: PendingCall[] = [];
 
-  constructor(private readonly send: ScriptCall) {}
+  constructor(
+    private readonly send: ScriptCall,
+    /** True when a call may leave at once: the engine's only node, idle (see above). */
+    private readonly sendNow?: () => boolean,
+  ) {}
 
-  /** Queues a call for the end of this turn. */
+  /** Queues a call for the end of this turn, or sends it now (see `sendNow`). */
   run(
     script: LuaScript,
     keys: readonly string[],
     args: readonly (string | number)[],
   ): Promise<unknown> {
+    if (this.pending.length === 0 && this.sendNow?.()) return this.send(script, keys, args);
     return new Promise((resolve, reject) => {
       if (this.pending.push({ script, keys, args, resolve, reject }) === 1) {
         setImmediate(this.flush);

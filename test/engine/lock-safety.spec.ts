@@ -262,32 +262,53 @@ describe("waiters' lines", () => {
 });
 
 describe('scripts on a connection', () => {
-  it('a call refused with NOSCRIPT is never re-sent behind a later call', async () => {
+  /**
+   * An acquisition and, in the turn after it, its release, on an engine of
+   * one node behind a proxy that delays every reply by 200 ms: both leave
+   * before the acquisition's reply is back. `forget` runs on the node first
+   * (its scripts are loaded on the connection by a first lock before).
+   */
+  async function acquireThenRelease(forget: (client: Redis) => Promise<unknown>) {
     const node = redis.nodes[0];
     const proxy = await FaultProxy.start(node.port);
     try {
       const client = admin(node.url);
       const engine = await engineOn([proxy.url]);
-      // The connection has loaded its scripts with a first lock.
       await (await engine.tryAcquire(unique('first'))).release();
       const [lockNode] = engine.nodes;
-      const key = keyOf(unique('overtaken'));
-      // Then the node forgets the acquire script, not the release script, and answers slowly.
-      await client.script('FLUSH');
-      await client.script('LOAD', RELEASE.source);
+      const key = keyOf(unique('flushed'));
+      await forget(client);
       proxy.set({ kind: 'delay', ms: 200 });
       const value = randomUUID();
       const acquiring = lockNode.run(ACQUIRE, [key], [value, 10_000, 1, '0', 0, 0]);
-      // That attempt's clean-up leaves in a later turn, before the acquisition's NOSCRIPT is back.
       await new Promise((resolve) => setImmediate(resolve));
       const releasing = lockNode.run(RELEASE, [key], [value, '0']);
-      const [acquired] = await Promise.allSettled([acquiring, releasing]);
-      expect(acquired.status).toBe('rejected');
-      // Re-sent after the release, the acquisition would leave a key nobody holds.
-      expect(await client.exists(key)).toBe(0);
+      const [acquired, released] = await Promise.allSettled([acquiring, releasing]);
+      return { acquired, released, keyLeft: await client.exists(key) };
     } finally {
       await proxy.close();
     }
+  }
+
+  it('a call refused with NOSCRIPT is never re-sent behind a later call', async () => {
+    // The node forgets the acquire script, not the release script: the release runs.
+    const { acquired, keyLeft } = await acquireThenRelease(async (client) => {
+      await client.script('FLUSH');
+      await client.script('LOAD', RELEASE.source);
+    });
+    expect(acquired.status).toBe('rejected');
+    // Re-sent after the release, the acquisition would leave a key nobody holds.
+    expect(keyLeft).toBe(0);
+  });
+
+  it('after SCRIPT FLUSH, sends every call it refused again, in their order', async () => {
+    // Both refused: they go again in the order they were made.
+    const { acquired, released, keyLeft } = await acquireThenRelease((client) =>
+      client.script('FLUSH'),
+    );
+    expect(acquired).toEqual({ status: 'fulfilled', value: [1] });
+    expect(released).toEqual({ status: 'fulfilled', value: 1 });
+    expect(keyLeft).toBe(0);
   });
 
   it('loads every script on a new connection before its first call', async () => {
