@@ -30,14 +30,16 @@ interface Mark {
   readonly end: number;
 }
 
-type Segments = Omit<CycleAnatomy, 'cycles' | 'total'>;
+type SegmentName = Exclude<keyof CycleAnatomy, 'cycles' | 'total'>;
+type Segments = Record<SegmentName, number>;
 
-const SEGMENTS: readonly (keyof Segments)[] = [
-  'beforeSend',
-  'sending',
-  'betweenSends',
-  'waiting',
-  'afterReply',
+/** The segments in report order, with their column names. */
+export const ANATOMY_COLUMNS: readonly { readonly key: SegmentName; readonly label: string }[] = [
+  { key: 'beforeSend', label: 'code before the write' },
+  { key: 'sending', label: 'socket writes' },
+  { key: 'betweenSends', label: 'between writes' },
+  { key: 'waiting', label: 'waiting for the nodes' },
+  { key: 'afterReply', label: 'code after the reply' },
 ];
 
 /**
@@ -69,23 +71,23 @@ function hookSockets(marks: () => Mark[] | undefined): () => void {
   };
 }
 
-/** Adds one half of a cycle (`from` to `to`) to `sums`; false when it wrote or read nothing. */
-function addHalf(marks: readonly Mark[], from: number, to: number, sums: Segments): boolean {
+/** One half of a cycle (`from` to `to`), split; undefined when it wrote or read nothing. */
+function split(marks: readonly Mark[], from: number, to: number): Segments | undefined {
   const writes = marks.filter((m) => m.write && m.start >= from && m.start < to);
   const reads = marks.filter((m) => !m.write && m.start >= from && m.start <= to);
-  if (writes.length === 0 || reads.length === 0) return false;
+  if (writes.length === 0 || reads.length === 0) return undefined;
   const first = writes[0].start;
   const lastEnd = writes[writes.length - 1].end;
   const settledBy = reads[reads.length - 1].start;
-  if (settledBy < lastEnd) return false;
+  if (settledBy < lastEnd) return undefined;
   const sending = writes.reduce((sum, m) => sum + (m.end - m.start), 0);
-  const s = sums as Record<keyof Segments, number>;
-  s.beforeSend += first - from;
-  s.sending += sending;
-  s.betweenSends += lastEnd - first - sending;
-  s.waiting += settledBy - lastEnd;
-  s.afterReply += to - settledBy;
-  return true;
+  return {
+    beforeSend: first - from,
+    sending,
+    betweenSends: lastEnd - first - sending,
+    waiting: settledBy - lastEnd,
+    afterReply: to - settledBy,
+  };
 }
 
 /**
@@ -117,40 +119,19 @@ export async function measureAnatomy(
       await session.release(handle, key);
       const t2 = performance.now();
       current = undefined;
-      const half: Segments = {
-        beforeSend: 0,
-        sending: 0,
-        betweenSends: 0,
-        waiting: 0,
-        afterReply: 0,
-      };
-      if (!addHalf(marks, t0, t1, half) || !addHalf(marks, t1, t2, half)) continue;
+      const acquiring = split(marks, t0, t1);
+      const releasing = split(marks, t1, t2);
+      if (!acquiring || !releasing) continue;
       counted++;
       total += t2 - t0;
-      for (const segment of SEGMENTS) (sums as Record<string, number>)[segment] += half[segment];
+      for (const { key } of ANATOMY_COLUMNS) sums[key] += acquiring[key] + releasing[key];
     }
   } finally {
     current = undefined;
     unhook();
   }
   const mean = (ms: number) => (counted === 0 ? NaN : (ms * 1000) / counted);
-  return {
-    cycles: counted,
-    total: mean(total),
-    beforeSend: mean(sums.beforeSend),
-    sending: mean(sums.sending),
-    betweenSends: mean(sums.betweenSends),
-    waiting: mean(sums.waiting),
-    afterReply: mean(sums.afterReply),
-  };
+  const means = { ...sums };
+  for (const { key } of ANATOMY_COLUMNS) means[key] = mean(sums[key]);
+  return { cycles: counted, total: mean(total), ...means };
 }
-
-/** The segments in report order, with their column names. */
-export const ANATOMY_COLUMNS: readonly { readonly key: keyof Segments; readonly label: string }[] =
-  [
-    { key: 'beforeSend', label: 'code before the write' },
-    { key: 'sending', label: 'socket writes' },
-    { key: 'betweenSends', label: 'between writes' },
-    { key: 'waiting', label: 'waiting for the nodes' },
-    { key: 'afterReply', label: 'code after the reply' },
-  ];

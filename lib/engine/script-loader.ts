@@ -15,8 +15,8 @@ interface HeldCall {
   readonly args: readonly (string | number)[];
   readonly resolve: (reply: unknown) => void;
   readonly reject: (error: unknown) => void;
-  /** Where it was refused: its place among the calls sent on the node, and the NOSCRIPT. */
-  readonly refused?: { readonly sequence: number; readonly error: Error };
+  /** The NOSCRIPT that refused it (none for a call made meanwhile). */
+  readonly refusal?: Error;
 }
 
 const isNoScript = (error: unknown): error is Error =>
@@ -58,6 +58,8 @@ export class ScriptLoader {
    * before the refusals were known has answered; undefined the rest of the time.
    */
   private refused: HeldCall[] | undefined;
+  /** The place, among the calls sent, of the first of `refused`. */
+  private firstRefused = 0;
   /** Set when a call sent after a refused one ran: the refused ones then fail. */
   private overtaken = false;
   /** A server's calls made while refused ones wait to go again. */
@@ -70,9 +72,9 @@ export class ScriptLoader {
     private readonly servers: () => Redis[],
   ) {}
 
-  /** True when a server has no call unanswered or waiting (a cluster: never). */
+  /** True when a server has no call unanswered or waiting (a cluster has no use for it). */
   get idle(): boolean {
-    return !this.isCluster && this.unanswered === 0 && this.refused === undefined;
+    return this.unanswered === 0 && this.refused === undefined;
   }
 
   /** Loads the scripts on every master of a cluster (a server's connection gets them lazily). */
@@ -145,11 +147,12 @@ export class ScriptLoader {
         // refusal was known, then goes again, after the scripts.
         if (!this.refused) {
           this.refused = [];
+          this.firstRefused = sequence;
           this.loadedOn = undefined;
         }
         const refused = this.refused;
         return new Promise((resolve, reject) => {
-          refused.push({ script, keys, args, resolve, reject, refused: { sequence, error } });
+          refused.push({ script, keys, args, resolve, reject, refusal: error });
           this.answered(sequence, false);
         });
       },
@@ -162,7 +165,7 @@ export class ScriptLoader {
     const refused = this.refused;
     if (!refused) return;
     // Sent after a refused call and not refused itself: it ran before that one would, sent again.
-    if (ran && sequence > refused[0].refused!.sequence) this.overtaken = true;
+    if (ran && sequence > this.firstRefused) this.overtaken = true;
     if (this.unanswered === 0) this.sendAgain(refused);
   }
 
@@ -173,7 +176,7 @@ export class ScriptLoader {
     this.held = [];
     this.overtaken = false;
     for (const call of refused) {
-      if (overtaken) call.reject(this.notRun(call.refused!.error));
+      if (overtaken) call.reject(this.notRun(call.refusal!));
       else this.send(call.script, call.keys, call.args, true).then(call.resolve, call.reject);
     }
     for (const call of held) {
