@@ -85,15 +85,15 @@ export async function acquireWith<R extends CallRequest>(
       ticket?.attempting();
       // Outside a queue, a release heard during the attempt wakes nobody: noted here instead.
       watch?.end();
-      // (A single attempt never waits: nothing to note.)
+      // (A single attempt never waits: nothing to note. Nor does one that does not hear every
+      // release of its keys, such as the first on a fresh key: without a watch it asks again at
+      // once if refused, as a watch would have told it to.)
       watch =
-        ticket || request.retry.attempts === 0
+        ticket ||
+        request.retry.attempts === 0 ||
+        !(context.channel?.listening(request.keys) ?? false)
           ? undefined
-          : context.queues.watch(
-              request.keys,
-              context.channel?.listening(request.keys) ?? false,
-              () => request.waiter,
-            );
+          : context.queues.watch(request.keys, () => request.waiter);
       let outcome: Grant | Refusal;
       try {
         outcome = await acquirer.attempt(request);

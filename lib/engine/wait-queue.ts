@@ -14,16 +14,17 @@ export class WaitQueues {
 
   /**
    * Watches the keys of an attempt made outside any queue, whose caller has
-   * no place in one yet: `end()` tells whether a release may have gone
-   * unheard by it, so that once in a queue it must ask again at once rather
-   * than wait for the next release. True when `listening` is false (releases
-   * from other processes were not received for every key), or when a release
-   * of a key came while watched that named this caller (`waiter()`, its name
-   * in the nodes' lines), or named nobody and woke fewer of this process's
-   * queues than it could have (none, for a semaphore's permit).
+   * no place in one yet and hears every release of its keys (the release
+   * channel listens to them all): `end()` tells whether a release may have
+   * gone unheard by it, so that once in a queue it must ask again at once
+   * rather than wait for the next release. True when a release of a key came
+   * while watched that named this caller (`waiter()`, its name in the nodes'
+   * lines), or named nobody and woke fewer of this process's queues than it
+   * could have (none, for a semaphore's permit). A caller that does not hear
+   * every release needs no watch: it always asks again at once.
    */
-  watch(keys: readonly string[], listening: boolean, waiter: () => string): ReleaseWatch {
-    const watcher: Watcher = { missed: !listening, waiter };
+  watch(keys: readonly string[], waiter: () => string): ReleaseWatch {
+    const watcher: Watcher = { missed: false, waiter };
     for (const key of keys) {
       let set = this.watchers.get(key);
       if (!set) this.watchers.set(key, (set = new Set()));

@@ -61,32 +61,29 @@ describe('wait queues', () => {
 
   it('tells an attempt made outside any queue whether a release may have gone unheard by it', () => {
     const queues = new WaitQueues();
-    // Not listening to other processes' releases: any of them may have been missed.
-    expect(queues.watch(['k'], false, () => 'w').end()).toBe(true);
-
     // A permit's release (wakes at most one) that woke a queue went to that queue's waiter.
     const head = queues.join('k\nh', ['k'], 1);
     head.waiter = 'h';
-    let watch = queues.watch(['k'], true, () => 'w');
+    let watch = queues.watch(['k'], () => 'w');
     queues.released('k', '', 1);
     expect(watch.end()).toBe(false);
     head.leave(false);
     // One that woke nobody, or any release that may wake every waiter, may have been this one's.
-    watch = queues.watch(['k'], true, () => 'w');
+    watch = queues.watch(['k'], () => 'w');
     queues.released('k', '', 1);
     expect(watch.end()).toBe(true);
-    watch = queues.watch(['k'], true, () => 'w');
+    watch = queues.watch(['k'], () => 'w');
     queues.released('k');
     expect(watch.end()).toBe(true);
     // Named by the nodes: its turn; others named: theirs.
-    watch = queues.watch(['k'], true, () => 'w');
+    watch = queues.watch(['k'], () => 'w');
     queues.released('k', 'x,y');
     expect(watch.end()).toBe(false);
-    watch = queues.watch(['k', 'j'], true, () => 'w');
+    watch = queues.watch(['k', 'j'], () => 'w');
     queues.released('j', 'x,w');
     expect(watch.end()).toBe(true);
     // Releases of other keys, or after the watch ended, do not count.
-    watch = queues.watch(['k'], true, () => 'w');
+    watch = queues.watch(['k'], () => 'w');
     queues.released('other');
     expect(watch.end()).toBe(false);
     queues.released('k');
