@@ -19,6 +19,7 @@ import {
 } from '../../lib/engine/index.js';
 import { quietLogger } from '../support/quiet-logger.js';
 import { startRedisNodes, stopRedisNodes } from '../../dev/redis/redis-nodes.js';
+import { engineReady } from '../support/engine-ready.js';
 import { useRedisNodes } from '../support/use-redis-nodes.js';
 
 const redis = useRedisNodes(3);
@@ -34,6 +35,9 @@ async function engineOn(options: Partial<LockEngineOptions> = {}): Promise<LockE
   });
   engines.push(engine);
   await engine.connect();
+  // connect() gives up waiting after 2 s and leaves the clients connecting: on a machine loaded
+  // by the rest of the suite, the first call would find no node ready.
+  await engineReady(engine);
   return engine;
 }
 afterAll(() => Promise.all(engines.map((e) => e.close({ timeout: 0 }))));
