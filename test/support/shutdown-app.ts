@@ -18,6 +18,7 @@ import { Controller, Module, Post, Query } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { parseArgs } from 'node:util';
 import { Locked, LockService, LockSignal, RedisLockModule } from '../../lib/index.js';
+import { engineReady } from './engine-ready.js';
 import { machineNow as now } from './machine-clock.js';
 
 const { values } = parseArgs({
@@ -70,7 +71,12 @@ class ShutdownAppModule {}
 
 const app = await NestFactory.create(ShutdownAppModule, { logger: false });
 app.enableShutdownHooks();
-app.get(LockService).on('released', ({ result }) => say({ event: 'released', result }));
+const locks = app.get(LockService);
+locks.on('released', ({ result }) => say({ event: 'released', result }));
 await app.listen(0, '127.0.0.1');
+// The test counts the nodes a release reached. connect() stops waiting after 2 s and leaves the
+// clients connecting: on the loaded test machine a lock could then be granted by two nodes while
+// the third was still connecting, and its release would reach two.
+await engineReady(locks);
 const address = app.getHttpServer().address() as { port: number };
 say({ event: 'listening', port: address.port });
