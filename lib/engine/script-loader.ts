@@ -8,13 +8,17 @@ export type ScriptCall = (
   args: readonly (string | number)[],
 ) => Promise<unknown>;
 
-/** A server's call kept back: refused with NOSCRIPT and waiting to go again, or made meanwhile. */
-interface HeldCall {
+/** A script call kept until it can leave, with its caller's promise to settle. */
+export interface QueuedCall {
   readonly script: LuaScript;
   readonly keys: readonly string[];
   readonly args: readonly (string | number)[];
-  readonly resolve: (reply: unknown) => void;
-  readonly reject: (error: unknown) => void;
+  resolve(reply: unknown): void;
+  reject(error: unknown): void;
+}
+
+/** A server's call kept back: refused with NOSCRIPT and waiting to go again, or made meanwhile. */
+interface HeldCall extends QueuedCall {
   /** The NOSCRIPT that refused it (none for a call made meanwhile). */
   readonly refusal?: Error;
 }

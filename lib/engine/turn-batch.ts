@@ -1,15 +1,6 @@
 import { ReplyError } from 'ioredis';
 import { BATCH, BATCHABLE, type LuaScript } from './lua-scripts.js';
-import type { ScriptCall } from './script-loader.js';
-
-/** A script call waiting in {@link LockNode.run} for the end of its turn of the event loop. */
-interface PendingCall {
-  readonly script: LuaScript;
-  readonly keys: readonly string[];
-  readonly args: readonly (string | number)[];
-  resolve(reply: unknown): void;
-  reject(error: unknown): void;
-}
+import type { QueuedCall, ScriptCall } from './script-loader.js';
 
 /** A call's failure in a {@link BATCH} reply: `{"err": message}`. */
 function isErrorReply(reply: unknown): reply is { err: string } {
@@ -51,8 +42,8 @@ const MAX_BATCH = 64;
  * at once.
  */
 export class TurnBatch {
-  /** Calls waiting for the end of the turn. */
-  private pending: PendingCall[] = [];
+  /** Calls made in {@link LockNode.run} this turn, waiting for its end. */
+  private pending: QueuedCall[] = [];
 
   constructor(
     private readonly send: ScriptCall,
@@ -101,7 +92,7 @@ export class TurnBatch {
     }
   };
 
-  private runBatch(calls: readonly PendingCall[]): void {
+  private runBatch(calls: readonly QueuedCall[]): void {
     const keys: string[] = [];
     const list: [number, number, string[]][] = [];
     for (const call of calls) {
