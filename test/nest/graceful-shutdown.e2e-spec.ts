@@ -24,6 +24,7 @@ interface AppEvent {
   readonly at: number;
   readonly port?: number;
   readonly result?: ReleaseResult;
+  readonly nodes?: { granted: number; denied: number; failed: number };
 }
 
 /** The app's process and the events it printed, awaited by name. */
@@ -106,11 +107,18 @@ describe('graceful shutdown on SIGTERM', () => {
    * grant, so a node may not hold it (a clean-clone CI run found
    * `nodesNotHeld: 1` with no failure); nothing of ours is left there either.
    * Only a failed node keeps what it may hold until its lease ends. Compared
-   * whole, with the result, so that a failure shows which node answered what.
+   * whole, with the result and how the nodes answered the lock's attempts,
+   * grant and renewals, so that a failure shows which node answered what.
    */
-  const reached = (result: ReleaseResult) => ({
+  const reached = (app: AppProcess, result: ReleaseResult) => ({
     reached: result.nodesReleased + result.nodesNotHeld + result.nodesPending,
-    result,
+    // One line each, so that Jest's diff shows them whole beside the count.
+    result: JSON.stringify(result),
+    lockHistory: JSON.stringify(app.events.filter((e) => e.nodes ?? e.event === 'lost')),
+  });
+  const allReached = (app: AppProcess, result: ReleaseResult) => ({
+    ...reached(app, result),
+    reached: 3,
   });
 
   async function signalDuringWork(shutdownTimeout: number, workMs: number) {
@@ -137,7 +145,7 @@ describe('graceful shutdown on SIGTERM', () => {
     expect(await response.text()).toBe('done');
     const [finished, released] = [await app.next('finished'), await app.next('released')];
     expect(released.result).toMatchObject({ released: true });
-    expect(reached(released.result!)).toEqual({ reached: 3, result: released.result });
+    expect(reached(app, released.result!)).toEqual(allReached(app, released.result!));
     // The other instance got the lock only once the method was done with it.
     expect(await granted).toBeGreaterThan(finished.at);
     expect(await app.exited).toBe('SIGTERM');
@@ -153,7 +161,7 @@ describe('graceful shutdown on SIGTERM', () => {
     expect(aborted.at - signalled).toBeLessThan(3000);
     const released = await app.next('released');
     expect(released.result).toMatchObject({ released: true });
-    expect(reached(released.result!)).toEqual({ reached: 3, result: released.result });
+    expect(reached(app, released.result!)).toEqual(allReached(app, released.result!));
     expect(await granted).toBeGreaterThan(aborted.at);
     await request.catch(() => undefined);
     expect(await app.exited).toBe('SIGTERM');

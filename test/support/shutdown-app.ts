@@ -11,7 +11,9 @@
  * One JSON object per line on stdout, each stamped `at` with the system-wide
  * monotonic clock (ms), so the test can order them against its own events:
  * `listening` (with the port), `started` and `finished` (or `aborted`) for
- * the locked work, and `released` (what the release found).
+ * the locked work, `released` (what the release found), and how the nodes
+ * answered the lock's attempts, grant and renewals (`contended`, `acquired`,
+ * `extended`, `lost`).
  */
 import 'reflect-metadata';
 import { Controller, Module, Post, Query } from '@nestjs/common';
@@ -73,6 +75,12 @@ const app = await NestFactory.create(ShutdownAppModule, { logger: false });
 app.enableShutdownHooks();
 const locks = app.get(LockService);
 locks.on('released', ({ result }) => say({ event: 'released', result }));
+// How each node answered the lock's grant and renewals: a release that finds a node without the
+// lock shows, with these, whether that node ever granted it.
+locks.on('contended', ({ nodes }) => say({ event: 'contended', nodes }));
+locks.on('acquired', ({ nodes, attempts }) => say({ event: 'acquired', nodes, attempts }));
+locks.on('extended', ({ nodes }) => say({ event: 'extended', nodes }));
+locks.on('lost', ({ error }) => say({ event: 'lost', reason: error.message }));
 await app.listen(0, '127.0.0.1');
 // The test counts the nodes a release reached. connect() stops waiting after 2 s and leaves the
 // clients connecting: on the loaded test machine a lock could then be granted by two nodes while
