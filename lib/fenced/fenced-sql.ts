@@ -25,6 +25,9 @@ import { checkColumnType, columnTypeQuery, type TokenColumn } from './token-colu
 
 const TOKEN_ALIAS = '__fence_token';
 
+/** The most statement texts a table keeps (see FencedSql's `cached`). */
+const MAX_SHAPES = 64;
+
 /**
  * The statements of the safe pattern for one table, and what their results
  * mean. The adapters only run them (sync or async, through their driver).
@@ -36,6 +39,8 @@ export class FencedSql {
   private readonly column: TokenColumn;
   private readonly quotedTable: string;
   private readonly quotedToken: string;
+  /** Statement texts by shape (see `cached`). */
+  private readonly statements = new Map<string, string>();
 
   constructor(
     readonly dialect: SqlDialect,
@@ -59,13 +64,20 @@ export class FencedSql {
   /** `UPDATE ... SET token = :token WHERE <key> AND token <= :token RETURNING *`. */
   claim(key: RowKey, token: number): SqlStatement {
     checkToken(token);
-    const q = this.params();
-    // `<=`: the holder's own earlier claim stands; only a newer token refuses. COALESCE: a
-    // nullable column's NULL means "never claimed", not "refuse forever".
-    const sql =
-      `UPDATE ${this.quotedTable} SET ${this.quotedToken} = ${q.add(token)} ` +
-      `WHERE ${this.keyCondition(key, q)} AND COALESCE(${this.quotedToken}, 0) <= ${q.add(token)} RETURNING *`;
-    return { sql, params: q.values };
+    const keys = this.keyEntries(key);
+    const sql = this.cached(`c${names(keys)}`, () => {
+      const q = this.placeholders();
+      // `<=`: the holder's own earlier claim stands; only a newer token refuses. COALESCE: a
+      // nullable column's NULL means "never claimed", not "refuse forever".
+      return (
+        `UPDATE ${this.quotedTable} SET ${this.quotedToken} = ${q()} ` +
+        `WHERE ${this.keyCondition(keys, q)} AND COALESCE(${this.quotedToken}, 0) <= ${q()} RETURNING *`
+      );
+    });
+    const params: unknown[] = [token];
+    for (const [, value] of keys) params.push(this.param(value));
+    params.push(token);
+    return { sql, params };
   }
 
   /**
@@ -84,48 +96,59 @@ export class FencedSql {
         'The values to write must be an object of column names and values.',
       );
     }
-    const q = this.params();
-    const assignments = Object.entries(values)
-      .filter(([, value]) => value !== undefined)
-      .map(([column, value]) => {
-        const name = checkedName(column, 'a column to write');
-        if (name === this.tokenColumn) {
-          throw new LockOptionsError(
-            `Do not write the token column ${name} yourself: the fenced write sets it to the token.`,
-          );
-        }
-        return `${quote(name)} = ${q.add(value)}`;
-      });
-    assignments.push(`${this.quotedToken} = ${q.add(token)}`);
-    let condition = this.keyCondition(key, q);
-    if (expect === undefined) {
-      condition += ` AND ${this.quotedToken} = ${q.add(token)}`;
-    } else {
-      const expected = Object.entries(expect).filter(([, value]) => value !== undefined);
+    const written = Object.entries(values).filter(([, value]) => value !== undefined);
+    for (const [column] of written) {
+      if (checkedName(column, 'a column to write') === this.tokenColumn) {
+        throw new LockOptionsError(
+          `Do not write the token column ${column} yourself: the fenced write sets it to the token.`,
+        );
+      }
+    }
+    const keys = this.keyEntries(key);
+    let expected: [string, unknown][] | undefined;
+    if (expect !== undefined) {
+      expected = Object.entries(expect).filter(([, value]) => value !== undefined);
       if (expected.length === 0) {
         throw new LockOptionsError(
           'expect names no column: give the values the write was computed from, or claim() the row and write without expect.',
         );
       }
-      condition += ` AND COALESCE(${this.quotedToken}, 0) <= ${q.add(token)}`;
-      for (const [column, value] of expected) {
-        const same = this.dialect === 'postgres' ? 'IS NOT DISTINCT FROM' : 'IS';
-        condition += ` AND ${quote(checkedName(column, 'an expected column'))} ${same} ${q.add(value)}`;
-      }
+      for (const [column] of expected) checkedName(column, 'an expected column');
     }
-    const sql = `UPDATE ${this.quotedTable} SET ${assignments.join(', ')} WHERE ${condition} RETURNING *`;
-    return { sql, params: q.values };
+    const shape = `w${names(written)}|${names(keys)}|${expected ? names(expected) : '-'}`;
+    const sql = this.cached(shape, () => {
+      const q = this.placeholders();
+      const assignments = written.map(([column]) => `${quote(column)} = ${q()}`);
+      assignments.push(`${this.quotedToken} = ${q()}`);
+      let condition = this.keyCondition(keys, q);
+      if (!expected) {
+        condition += ` AND ${this.quotedToken} = ${q()}`;
+      } else {
+        condition += ` AND COALESCE(${this.quotedToken}, 0) <= ${q()}`;
+        const same = this.dialect === 'postgres' ? 'IS NOT DISTINCT FROM' : 'IS';
+        for (const [column] of expected) condition += ` AND ${quote(column)} ${same} ${q()}`;
+      }
+      return `UPDATE ${this.quotedTable} SET ${assignments.join(', ')} WHERE ${condition} RETURNING *`;
+    });
+    const params: unknown[] = [];
+    for (const [, value] of written) params.push(this.param(value));
+    params.push(token);
+    for (const [, value] of keys) params.push(this.param(value));
+    params.push(token);
+    if (expected) for (const [, value] of expected) params.push(this.param(value));
+    return { sql, params };
   }
 
   /** Reads back what refused a statement: the row's token and the expected columns. */
   inspect(key: RowKey, columns: readonly string[] = []): SqlStatement {
-    const q = this.params();
+    const keys = this.keyEntries(key);
+    const q = this.placeholders();
     const selected = [
       `${this.quotedToken} AS ${quote(TOKEN_ALIAS)}`,
       ...columns.map((column) => quote(checkedName(column, 'an expected column'))),
     ];
-    const sql = `SELECT ${selected.join(', ')} FROM ${this.quotedTable} WHERE ${this.keyCondition(key, q)}`;
-    return { sql, params: q.values };
+    const sql = `SELECT ${selected.join(', ')} FROM ${this.quotedTable} WHERE ${this.keyCondition(keys, q)}`;
+    return { sql, params: keys.map(([, value]) => this.param(value)) };
   }
 
   /** The declared type of the token column. */
@@ -182,39 +205,58 @@ export class FencedSql {
     return `${this.table} (${parts.join(', ')})`;
   }
 
-  private keyCondition(key: RowKey, q: Params): string {
+  /** The key's columns (checked) and values: a fenced row is named by values, not NULL. */
+  private keyEntries(key: RowKey): [string, unknown][] {
     const entries = key !== null && typeof key === 'object' ? Object.entries(key) : [];
     if (entries.length === 0) {
       throw new LockOptionsError(
         `The key must name the row by its columns, e.g. { id: 7 }; got ${JSON.stringify(key)}.`,
       );
     }
-    return entries
-      .map(([column, value]) => {
-        if (value === undefined || value === null) {
-          throw new LockOptionsError(
-            `The key column ${column} of ${this.table} is ${String(value)}: a fenced row is named by values.`,
-          );
-        }
-        return `${quote(checkedName(column, 'a key column'))} = ${q.add(value)}`;
-      })
-      .join(' AND ');
+    for (const [column, value] of entries) {
+      checkedName(column, 'a key column');
+      if (value === undefined || value === null) {
+        throw new LockOptionsError(
+          `The key column ${column} of ${this.table} is ${String(value)}: a fenced row is named by values.`,
+        );
+      }
+    }
+    return entries;
   }
 
-  private params(): Params {
-    const values: unknown[] = [];
-    const postgres = this.dialect === 'postgres';
-    return {
-      values,
-      add(value: unknown): string {
-        values.push(typeof value === 'boolean' && !postgres ? Number(value) : value);
-        return postgres ? `$${values.length}` : '?';
-      },
-    };
+  private keyCondition(keys: readonly [string, unknown][], q: () => string): string {
+    return keys.map(([column]) => `${quote(column)} = ${q()}`).join(' AND ');
+  }
+
+  /**
+   * A statement's text, built once per shape (the columns it names, checked
+   * before they get here): a fenced write then costs its driver call and
+   * little else. Bounded, as the shapes of one table are a handful.
+   */
+  private cached(shape: string, build: () => string): string {
+    let sql = this.statements.get(shape);
+    if (sql === undefined) {
+      sql = build();
+      if (this.statements.size < MAX_SHAPES) this.statements.set(shape, sql);
+    }
+    return sql;
+  }
+
+  /** The dialect's placeholders, numbered in the order they are asked for. */
+  private placeholders(): () => string {
+    let count = 0;
+    return this.dialect === 'postgres' ? () => `$${++count}` : () => '?';
+  }
+
+  /** A value as the driver takes it: SQLite has no booleans. */
+  private param(value: unknown): unknown {
+    return typeof value === 'boolean' && this.dialect !== 'postgres' ? Number(value) : value;
   }
 }
 
-interface Params {
-  readonly values: unknown[];
-  add(value: unknown): string;
+/** The columns of a statement's part, as its cache key: names hold no comma. */
+function names(entries: readonly [string, unknown][]): string {
+  let out = '';
+  for (const [column] of entries) out += `${column},`;
+  return out;
 }

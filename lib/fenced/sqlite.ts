@@ -15,7 +15,7 @@ import type {
 export interface SqliteDatabase {
   prepare(source: string): { all(...params: unknown[]): unknown[] };
   /** better-sqlite3's: `update()` commits its claim and write as one transaction with it. */
-  transaction?(fn: () => unknown): () => unknown;
+  transaction?<A extends unknown[], T>(fn: (...args: A) => T): (...args: A) => T;
 }
 
 /**
@@ -42,6 +42,8 @@ export function sqliteFence<R extends FencedRow = FencedRow>(
 /** The synchronous counterpart of {@link FencedTable}, for better-sqlite3. */
 export class SqliteFencedTable<R extends FencedRow = FencedRow> {
   private checked = false;
+  /** update()'s step, made on its first call (see `updateStep`). */
+  private updating: UpdateStep<R> | undefined;
   private readonly statements = new Map<string, { all(...params: unknown[]): unknown[] }>();
 
   constructor(
@@ -85,27 +87,30 @@ export class SqliteFencedTable<R extends FencedRow = FencedRow> {
    * `change` is synchronous, as the driver is: a Promise from it is refused.
    */
   update(key: RowKey, token: number, change: (row: R) => Partial<R>): R {
-    let failed: { error: unknown } | undefined;
-    const claimComputeWrite = (): R | undefined => {
+    this.updating ??= this.updateStep();
+    const outcome = this.updating(key, token, change);
+    if ('error' in outcome) throw outcome.error;
+    return outcome.row;
+  }
+
+  /**
+   * Claim, compute and write, inside one transaction where the driver has
+   * them: made once (better-sqlite3 builds four wrappers per `transaction()`
+   * call), reentrant since its inputs are its arguments. A failed `change`
+   * comes back as a value, so that the transaction commits the claim.
+   */
+  private updateStep(): UpdateStep<R> {
+    const step: UpdateStep<R> = (key, token, change) => {
       const row = this.claim(key, token);
       let values: Partial<R>;
       try {
         values = computed(change, row);
       } catch (error) {
-        // Returned, not thrown: the transaction then commits the claim.
-        failed = { error };
-        return undefined;
+        return { error };
       }
-      return this.write(key, token, values);
+      return { row: this.write(key, token, values) };
     };
-    const { db } = this;
-    const written = (
-      typeof db.transaction === 'function'
-        ? db.transaction(claimComputeWrite)()
-        : claimComputeWrite()
-    ) as R | undefined;
-    if (failed) throw failed.error;
-    return written!;
+    return typeof this.db.transaction === 'function' ? this.db.transaction(step) : step;
   }
 
   private run({ sql, params }: SqlStatement): FencedRow[] {
@@ -118,6 +123,13 @@ export class SqliteFencedTable<R extends FencedRow = FencedRow> {
     return prepared.all(...params) as FencedRow[];
   }
 }
+
+/** One update's claim, change and write; a failed change is returned, not thrown. */
+type UpdateStep<R> = (
+  key: RowKey,
+  token: number,
+  change: (row: R) => Partial<R>,
+) => { row: R } | { error: unknown };
 
 /** A synchronous `change`'s values: a Promise would be written as no values at all. */
 function computed<R extends FencedRow>(change: (row: R) => Partial<R>, row: R): Partial<R> {

@@ -292,6 +292,35 @@ describe.each(stores)('fenced rows through $name', (store) => {
     expect(await stockOf(store, name)).toEqual({ stock: 9, token: 22 });
   });
 
+  it('writes statements of every shape on one table with their own values, and checks each name every time', async () => {
+    const name = await productsTable(store);
+    const table = store.fence({ table: name });
+    // Each table keeps a statement's text per shape (the columns it names): the same shape twice,
+    // then others, each with its values in their places.
+    await table.claim({ id: 1 }, 30);
+    await table.write({ id: 1 }, 30, { stock: 8 });
+    await table.write({ id: 1 }, 30, { stock: 7 });
+    expect(await table.write({ id: 1 }, 30, { note: 'a', stock: 6 })).toMatchObject({
+      stock: 6,
+      note: 'a',
+    });
+    expect(await table.write({ id: 1 }, 31, { note: 'b' }, { expect: { stock: 6 } })).toMatchObject(
+      { stock: 6, note: 'b' },
+    );
+    expect(
+      await table.write({ id: 1 }, 32, { stock: 5 }, { expect: { note: 'b', stock: 6 } }),
+    ).toMatchObject({ stock: 5, note: 'b' });
+    expect(await stockOf(store, name)).toEqual({ stock: 5, token: 32 });
+    // A name that would join two known columns in the text is refused as before, not found there.
+    await expect(
+      table.write({ id: 1 }, 32, { 'note,stock': 1 } as Partial<Product>),
+    ).rejects.toThrow(/a column to write must be a plain SQL name/);
+    await expect(table.claim({ 'id,': 1 } as unknown as { id: number }, 33)).rejects.toThrow(
+      /a key column must be a plain SQL name/,
+    );
+    expect(await stockOf(store, name)).toEqual({ stock: 5, token: 32 });
+  });
+
   it('refuses a row that does not exist', async () => {
     const table = store.fence({ table: await productsTable(store) });
     await expect(table.claim({ id: 404 }, 1)).rejects.toBeInstanceOf(FencedRowMissingError);
