@@ -44,9 +44,22 @@ export function singleAttempt(options: TryAcquireOptions): AcquireOptions {
  */
 const FENCE_SEED_SCALE = 1024;
 
-/** The start of a fence counter created now (0 where counters never expire or fencing is off). */
-export function fenceSeed(options: ResolvedEngineOptions): number {
-  return options.fencing && options.fenceCounterTtl > 0 ? Date.now() * FENCE_SEED_SCALE : 0;
+/** The last seed's ms and text: an acquire script's argument, written once per ms, not per call. */
+let seedMs = -1;
+let seedText = '0';
+
+/**
+ * The start of a fence counter created now, as the scripts take it ('0'
+ * where counters never expire or fencing is off).
+ */
+export function fenceSeed(options: ResolvedEngineOptions): string {
+  if (!options.fencing || options.fenceCounterTtl <= 0) return '0';
+  const now = Date.now();
+  if (now !== seedMs) {
+    seedMs = now;
+    seedText = String(now * FENCE_SEED_SCALE);
+  }
+  return seedText;
 }
 
 /** The options a single call takes (`autoExtend` and `onReleased` only with using()), each named once. */

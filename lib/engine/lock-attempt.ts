@@ -75,17 +75,18 @@ export class LockAttempts implements Acquirer<LockRequest> {
     // A call that may wait joins the waiters' line from its first attempt: refused, it waits for
     // the release that names it, instead of asking every node again just to take its place. A
     // single attempt (tryAcquire) never joins (a lease of 0), and leaves the line's arguments out.
-    const args: (string | number)[] = [
+    // Text, as the scripts read them: converted here once, not once per node.
+    const args: string[] = [
       value,
-      ttl,
-      keys.length,
+      String(ttl),
+      String(keys.length),
       fencing ? '1' : '0',
       // A fence counter created now starts above every token issued before it (see lua-scripts.ts).
       fenceSeed(context.options),
-      fenceCounterTtl,
+      String(fenceCounterTtl),
     ];
     const joinsLine = request.lineLease > 0;
-    if (joinsLine) args.push(request.waiter, request.arrival, request.lineLease);
+    if (joinsLine) args.push(request.waiter, String(request.arrival), String(request.lineLease));
     const sent: Promise<AcquireReply>[] = [];
     const round = await quorumRound(
       context.nodes,

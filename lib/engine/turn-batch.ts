@@ -7,6 +7,12 @@ function isErrorReply(reply: unknown): reply is { err: string } {
   return typeof reply === 'object' && reply !== null && !Array.isArray(reply);
 }
 
+/** A call's arguments as the BATCH's JSON must carry them (Lua's ARGV holds text). */
+function asText(args: readonly (string | number)[]): readonly string[] {
+  for (const arg of args) if (typeof arg !== 'string') return args.map(String);
+  return args as readonly string[];
+}
+
 /** Where each lock script stands in {@link BATCH} (Lua counts from 1). */
 const BATCH_INDEX = new Map(BATCHABLE.map((script, i) => [script, i + 1]));
 
@@ -94,10 +100,10 @@ export class TurnBatch {
 
   private runBatch(calls: readonly QueuedCall[]): void {
     const keys: string[] = [];
-    const list: [number, number, string[]][] = [];
+    const list: [number, number, readonly string[]][] = [];
     for (const call of calls) {
       for (const key of call.keys) keys.push(key);
-      list.push([BATCH_INDEX.get(call.script)!, call.keys.length, call.args.map(String)]);
+      list.push([BATCH_INDEX.get(call.script)!, call.keys.length, asText(call.args)]);
     }
     this.send(BATCH, keys, [JSON.stringify(list)]).then(
       (encoded) => {
