@@ -15,7 +15,7 @@ import type {
 export interface SqliteDatabase {
   prepare(source: string): { all(...params: unknown[]): unknown[] };
   /** better-sqlite3's: `update()` commits its claim and write as one transaction with it. */
-  transaction?<A extends unknown[], T>(fn: (...args: A) => T): (...args: A) => T;
+  transaction?(fn: () => unknown): () => unknown;
 }
 
 /**
@@ -43,7 +43,9 @@ export function sqliteFence<R extends FencedRow = FencedRow>(
 export class SqliteFencedTable<R extends FencedRow = FencedRow> {
   private checked = false;
   /** update()'s step, made on its first call (see `updateStep`). */
-  private updating: UpdateStep<R> | undefined;
+  private updating: (() => unknown) | undefined;
+  /** The update the step is to run, set just before the step is called. */
+  private nextUpdate: UpdateCall<R> | undefined;
   private readonly statements = new Map<string, { all(...params: unknown[]): unknown[] }>();
 
   constructor(
@@ -88,7 +90,8 @@ export class SqliteFencedTable<R extends FencedRow = FencedRow> {
    */
   update(key: RowKey, token: number, change: (row: R) => Partial<R>): R {
     this.updating ??= this.updateStep();
-    const outcome = this.updating(key, token, change);
+    this.nextUpdate = { key, token, change };
+    const outcome = this.updating() as UpdateOutcome<R>;
     if ('error' in outcome) throw outcome.error;
     return outcome.row;
   }
@@ -96,11 +99,16 @@ export class SqliteFencedTable<R extends FencedRow = FencedRow> {
   /**
    * Claim, compute and write, inside one transaction where the driver has
    * them: made once (better-sqlite3 builds four wrappers per `transaction()`
-   * call), reentrant since its inputs are its arguments. A failed `change`
-   * comes back as a value, so that the transaction commits the claim.
+   * call). It takes no arguments, as the database's `transaction()` is only
+   * known to call it with none: it reads its update from `nextUpdate` first
+   * thing, so that an update made inside `change` (a nested transaction)
+   * sets its own. A failed `change` comes back as a value, so that the
+   * transaction commits the claim.
    */
-  private updateStep(): UpdateStep<R> {
-    const step: UpdateStep<R> = (key, token, change) => {
+  private updateStep(): () => unknown {
+    const step = (): UpdateOutcome<R> => {
+      const { key, token, change } = this.nextUpdate!;
+      this.nextUpdate = undefined;
       const row = this.claim(key, token);
       let values: Partial<R>;
       try {
@@ -124,12 +132,15 @@ export class SqliteFencedTable<R extends FencedRow = FencedRow> {
   }
 }
 
-/** One update's claim, change and write; a failed change is returned, not thrown. */
-type UpdateStep<R> = (
-  key: RowKey,
-  token: number,
-  change: (row: R) => Partial<R>,
-) => { row: R } | { error: unknown };
+/** What one update() asks of the step: its row, token and change. */
+interface UpdateCall<R> {
+  readonly key: RowKey;
+  readonly token: number;
+  readonly change: (row: R) => Partial<R>;
+}
+
+/** The step's outcome: the row written, or the error of a failed change (the claim commits). */
+type UpdateOutcome<R> = { row: R } | { error: unknown };
 
 /** A synchronous `change`'s values: a Promise would be written as no values at all. */
 function computed<R extends FencedRow>(change: (row: R) => Partial<R>, row: R): Partial<R> {

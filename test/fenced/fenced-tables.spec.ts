@@ -460,6 +460,41 @@ describe('update() through better-sqlite3', () => {
     expect(await stockOf(store, name)).toEqual({ stock: 10, token: 0 });
   });
 
+  it('runs an update made inside another’s change as its own, nested in the outer transaction', async () => {
+    const name = await productsTable(store);
+    await store.exec(`INSERT INTO ${name} (id, stock) VALUES (2, 20)`);
+    const table = sqliteFence<Product>(sqlite, { table: name });
+    const outer = table.update({ id: 1 }, 11, (row) => {
+      const inner = table.update({ id: 2 }, 12, (other) => ({ stock: other.stock - 5 }));
+      return { stock: row.stock - 1, note: `with ${inner.stock}` };
+    });
+    expect(outer).toMatchObject({ id: 1, stock: 9, note: 'with 15', last_token: 11 });
+    const rows = await store.rows(`SELECT id, stock, last_token FROM ${name} ORDER BY id`);
+    expect(rows.map((row) => [Number(row.id), Number(row.stock), Number(row.last_token)])).toEqual([
+      [1, 9, 11],
+      [2, 15, 12],
+    ]);
+  });
+
+  it('works on a database whose transaction() wraps a function called with no arguments', async () => {
+    const name = await productsTable(store);
+    // A wrapper of the documented shape, `(fn: () => unknown) => () => unknown`, that passes
+    // nothing through: update() must not count on the arguments better-sqlite3 would forward.
+    const wrapped = {
+      prepare: (source: string) => sqlite.prepare(source),
+      transaction: (fn: () => unknown) => () => sqlite.transaction(() => fn())(),
+    };
+    const table = sqliteFence<Product>(wrapped, { table: name });
+    expect(table.update({ id: 1 }, 13, (row) => ({ stock: row.stock - 3 }))).toMatchObject({
+      stock: 7,
+      last_token: 13,
+    });
+    expect(table.update({ id: 1 }, 14, (row) => ({ stock: row.stock - 3 }))).toMatchObject({
+      stock: 4,
+      last_token: 14,
+    });
+  });
+
   it('works on a database given as `prepare` alone, one statement at a time', async () => {
     const name = await productsTable(store);
     const bare = { prepare: (source: string) => sqlite.prepare(source) };
