@@ -78,6 +78,14 @@ export class ReleaseChannel {
   }
 
   /**
+   * @internal For tests: once the subscription to this engine's own channel
+   * (made by the first wait) settled, whether every node confirmed it.
+   */
+  ownChannelReady(): Promise<boolean> {
+    return this.ownSettled.then(() => this.ownHeard);
+  }
+
+  /**
    * Subscribes to the keys' channels on every node that answers within
    * `timeoutMs`. Resolves once those subscriptions are in place, so a release
    * after that moment is heard.

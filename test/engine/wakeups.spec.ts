@@ -540,6 +540,10 @@ describe('waiters are woken when a lock is released', () => {
     const { lock, waiting } = await waitingBehind(created, resource);
     await lock.release();
     await (await waiting).release();
+    // The wait may end before the nodes confirm the subscription (on a new connection) to the
+    // engine's own channel; waiters are named after the engine only from then on.
+    const { channel } = created as unknown as { channel: ReleaseChannel };
+    expect(await channel.ownChannelReady()).toBe(true);
     return created;
   };
   /** The one waiter in a lock's line on node 0 (its name there). */
