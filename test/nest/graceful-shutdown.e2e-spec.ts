@@ -18,6 +18,8 @@ import { useRedisNodes } from '../support/use-redis-nodes.js';
 
 const script = fileURLToPath(new URL('../support/shutdown-app.ts', import.meta.url));
 const redis = useRedisNodes(3);
+/** The lock key of the app's `@Locked('shutdown:work')` on every node (default keyPrefix). */
+const WORK_KEY = 'lock:{shutdown:work}';
 
 interface AppEvent {
   readonly event: string;
@@ -110,16 +112,31 @@ describe('graceful shutdown on SIGTERM', () => {
    * whole, with the result and how the nodes answered the lock's attempts,
    * grant and renewals, so that a failure shows which node answered what.
    */
-  const reached = (app: AppProcess, result: ReleaseResult) => ({
+  const reached = (app: AppProcess, result: ReleaseResult, atWork: readonly string[]) => ({
     reached: result.nodesReleased + result.nodesNotHeld + result.nodesPending,
     // One line each, so that Jest's diff shows them whole beside the count.
     result: JSON.stringify(result),
     lockHistory: JSON.stringify(app.events.filter((e) => e.nodes ?? e.event === 'lost')),
+    nodesAtWork: JSON.stringify(atWork),
   });
-  const allReached = (app: AppProcess, result: ReleaseResult) => ({
-    ...reached(app, result),
+  const allReached = (app: AppProcess, result: ReleaseResult, atWork: readonly string[]) => ({
+    ...reached(app, result, atWork),
     reached: 3,
   });
+
+  /** What each node had of the lock while the method worked: its key's value and TTL, its line. */
+  const nodesAtWork = () =>
+    Promise.all(
+      redis.nodes.map(async (node) =>
+        [
+          await node.cli('GET', WORK_KEY),
+          await node.cli('PTTL', WORK_KEY),
+          await node.cli('HGETALL', `${WORK_KEY}:q`),
+        ]
+          .map((answer) => answer.trim().replace(/\n/g, ' '))
+          .join(' | '),
+      ),
+    );
 
   async function signalDuringWork(shutdownTimeout: number, workMs: number) {
     const { app, url } = await startApp(shutdownTimeout);
@@ -127,15 +144,17 @@ describe('graceful shutdown on SIGTERM', () => {
     await app.next('started');
     const signalled = now();
     app.child.kill('SIGTERM');
+    // Read before the other instance asks: the lock is the app's alone then.
+    const atWork = await nodesAtWork();
     const granted = other.acquire('shutdown:work', { waitTimeout: 10_000 }).then((lock) => {
       const at = now();
       return lock.release().then(() => at);
     });
-    return { app, url, request, signalled, granted };
+    return { app, url, request, signalled, granted, atWork };
   }
 
   it('lets the locked method finish, releases on every node before another instance gets the lock, and exits in time', async () => {
-    const { app, url, request, signalled, granted } = await signalDuringWork(5000, 1500);
+    const { app, url, request, signalled, granted, atWork } = await signalDuringWork(5000, 1500);
     // Meanwhile the app takes no new lock: another request is turned away with 503.
     const refused = await fetch(`${url}/work?ms=10`, { method: 'POST' });
     expect(refused.status).toBe(503);
@@ -145,7 +164,9 @@ describe('graceful shutdown on SIGTERM', () => {
     expect(await response.text()).toBe('done');
     const [finished, released] = [await app.next('finished'), await app.next('released')];
     expect(released.result).toMatchObject({ released: true });
-    expect(reached(app, released.result!)).toEqual(allReached(app, released.result!));
+    expect(reached(app, released.result!, atWork)).toEqual(
+      allReached(app, released.result!, atWork),
+    );
     // The other instance got the lock only once the method was done with it.
     expect(await granted).toBeGreaterThan(finished.at);
     expect(await app.exited).toBe('SIGTERM');
@@ -154,14 +175,16 @@ describe('graceful shutdown on SIGTERM', () => {
   });
 
   it('aborts the signal of a method that outlives shutdownTimeout, then releases its lock', async () => {
-    const { app, request, signalled, granted } = await signalDuringWork(500, 20_000);
+    const { app, request, signalled, granted, atWork } = await signalDuringWork(500, 20_000);
     const aborted = await app.next('aborted');
     // Told after the timeout, long before the work would have ended.
     expect(aborted.at - signalled).toBeGreaterThanOrEqual(450);
     expect(aborted.at - signalled).toBeLessThan(3000);
     const released = await app.next('released');
     expect(released.result).toMatchObject({ released: true });
-    expect(reached(app, released.result!)).toEqual(allReached(app, released.result!));
+    expect(reached(app, released.result!, atWork)).toEqual(
+      allReached(app, released.result!, atWork),
+    );
     expect(await granted).toBeGreaterThan(aborted.at);
     await request.catch(() => undefined);
     expect(await app.exited).toBe('SIGTERM');
